@@ -1,0 +1,272 @@
+"""The node agent: register, then sync forever, reconciling desired against running tasks.
+
+Level-triggered: every sync reports every task the agent knows and the log bytes the
+server lacks; the answer lists every task that should run here. Tasks missing locally are
+started; local tasks no longer wanted get SIGTERM, then SIGKILL after their grace period.
+If the server is unreachable, tasks keep running and the agent retries.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import threading
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from corral.agent.host import NodeDescription, free_ports
+from corral.agent.supervisor import ProcessSupervisor, TaskLaunch, TaskState, TaskStatus
+from corral.schemas.agent import (
+    DesiredTask,
+    LogChunk,
+    RegisterRequest,
+    SyncRequest,
+    SyncResponse,
+    TaskReport,
+)
+
+log = logging.getLogger("corral.agent")
+LOG_CHUNK = 512 * 1024  # bytes per task per sync
+MAX_BACKOFF = 5.0
+TaskKey = tuple[int, int, int]  # job id, attempt, rank
+
+
+@dataclass
+class AgentSettings:
+    servers: list[str]
+    join_token: str
+    name: str
+    address: str
+    node: NodeDescription
+    home: Path  # logs live under home/logs
+    checkpoint_root: Path
+    sync_interval: float = 2.0
+
+
+@dataclass
+class _Tracked:
+    launch: TaskLaunch
+    server_offset: int = 0  # log bytes the server holds
+    server_final: bool = False  # the server recorded the exit
+    wanted: bool = True
+
+
+@dataclass
+class Agent:
+    settings: AgentSettings
+    transport: httpx.BaseTransport | None = None
+    agent_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+    def __post_init__(self) -> None:
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self.supervisor = ProcessSupervisor(on_exit=lambda _key: self._wake.set())
+        self.tasks: dict[TaskKey, _Tracked] = {}
+        self._token: str | None = None
+        self._server_index = 0
+        self.interval = self.settings.sync_interval
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    def run(self) -> None:
+        """Register and sync until :meth:`stop`; then stop every task (grace periods apply)."""
+        backoff = 0.2
+        with httpx.Client(transport=self.transport, timeout=10.0) as http:
+            self.http = http
+            while not self._stop.is_set():
+                try:
+                    if self._token is None:
+                        self._register()
+                    self._sync_once()
+                    backoff = 0.2
+                    self._wake.wait(self.interval)
+                    self._wake.clear()
+                except httpx.HTTPStatusError as exc:
+                    if exc.response.status_code in (401, 403, 404, 409):
+                        log.warning("server refused this agent (%s); registering again", _msg(exc))
+                        self._token = None
+                    else:
+                        log.warning("sync failed: %s", _msg(exc))
+                    self._stop.wait(backoff)
+                    backoff = min(MAX_BACKOFF, backoff * 2)
+                except httpx.TransportError as exc:
+                    log.warning("server %s unreachable (%s); tasks keep running", self._url, exc)
+                    self._server_index += 1
+                    self._stop.wait(backoff)
+                    backoff = min(MAX_BACKOFF, backoff * 2)
+            self.supervisor.stop_all(wait=True)
+            try:  # best effort: tell the server how the tasks ended
+                if self._token:
+                    self._sync_once()
+            except httpx.HTTPError:
+                pass
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+
+    # -- protocol ------------------------------------------------------------------
+
+    @property
+    def _url(self) -> str:
+        servers = self.settings.servers
+        return servers[self._server_index % len(servers)].rstrip("/")
+
+    def _post(self, path: str, body: dict, token: str) -> dict:
+        response = self.http.post(
+            f"{self._url}/api/v1/agent/{path}",
+            json=body,
+            headers={"Authorization": f"Bearer {token}"},
+        )
+        response.raise_for_status()
+        return response.json()
+
+    def _register(self) -> None:
+        s = self.settings
+        body = RegisterRequest(
+            name=s.name,
+            agent_id=self.agent_id,
+            address=s.address,
+            devices=s.node.devices,
+            cpus=s.node.cpus,
+            memory=s.node.memory,
+            network=s.node.network,
+            labels=s.node.labels,
+        )
+        answer = self._post("register", body.model_dump(mode="json"), s.join_token)
+        self._token = answer["node_token"]
+        self.interval = float(answer.get("sync_interval", self.interval))
+        log.info("registered node %s with %d GPUs at %s", s.name, len(s.node.devices), self._url)
+
+    def _sync_once(self) -> None:
+        request = self._build_request()
+        answer = SyncResponse.model_validate(
+            self._post("sync", request.model_dump(mode="json"), self._token or "")
+        )
+        self.interval = answer.sync_interval
+        self._apply(answer)
+
+    def _build_request(self) -> SyncRequest:
+        statuses = {s.key: s for s in self.supervisor.poll()}
+        reports, chunks = [], []
+        for key, tracked in self.tasks.items():
+            status = statuses.get(tracked.launch.key)
+            if status is None:
+                continue
+            chunk, at_end = self._log_chunk(key, tracked)
+            if chunk is not None:
+                chunks.append(chunk)
+            reports.append(_report(key, status, hold_exit=not at_end))
+        return SyncRequest(
+            node=self.settings.name,
+            agent_id=self.agent_id,
+            tasks=reports,
+            logs=chunks,
+            free_ports=free_ports(),
+        )
+
+    def _log_chunk(self, key: TaskKey, tracked: _Tracked) -> tuple[LogChunk | None, bool]:
+        """The next piece of the task's log the server lacks, and whether it reaches the end."""
+        path = tracked.launch.log_path
+        if tracked.server_offset < 0:
+            return None, True
+        try:
+            with path.open("rb") as handle:
+                handle.seek(tracked.server_offset)
+                data = handle.read(LOG_CHUNK)
+                at_end = not handle.read(1)
+        except FileNotFoundError:
+            return None, True
+        if not data:
+            return None, at_end
+        chunk = LogChunk(
+            job_id=key[0],
+            attempt=key[1],
+            rank=key[2],
+            offset=tracked.server_offset,
+            data=base64.b64encode(data).decode(),
+        )
+        return chunk, at_end
+
+    def _apply(self, answer: SyncResponse) -> None:
+        for ack in answer.acks:
+            tracked = self.tasks.get((ack.job_id, ack.attempt, ack.rank))
+            if tracked is not None:
+                tracked.server_offset = ack.log_offset
+                tracked.server_final = ack.final
+        desired = {(t.job_id, t.attempt, t.rank): t for t in answer.tasks}
+        for key, task in desired.items():
+            if key not in self.tasks:
+                self._start(key, task)
+        for key, tracked in list(self.tasks.items()):
+            if key in desired:
+                continue
+            status = self.supervisor.status(tracked.launch.key)
+            if status is not None and status.state is not TaskState.EXITED:
+                if tracked.wanted:
+                    log.info("stopping task %s (no longer wanted)", tracked.launch.key)
+                tracked.wanted = False
+                self.supervisor.stop(tracked.launch.key)
+            elif status is None or (tracked.server_final and self._drained(tracked)):
+                self.supervisor.forget(tracked.launch.key)
+                del self.tasks[key]
+
+    @staticmethod
+    def _drained(tracked: _Tracked) -> bool:
+        if tracked.server_offset < 0:
+            return True
+        try:
+            return tracked.server_offset >= tracked.launch.log_path.stat().st_size
+        except FileNotFoundError:
+            return True
+
+    def _start(self, key: TaskKey, task: DesiredTask) -> None:
+        job_id, attempt, rank = key
+        checkpoint_dir = self.settings.checkpoint_root / f"job-{job_id}"
+        checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        env = dict(task.env)
+        env["CORRAL_CHECKPOINT_DIR"] = str(checkpoint_dir)
+        launch = TaskLaunch(
+            key=f"{job_id}/{attempt}/{rank}",
+            command=task.command,
+            env=env,
+            workdir=task.workdir,
+            log_path=self.settings.home / "logs" / f"job-{job_id}" / str(attempt) / f"{rank}.log",
+            grace_period=task.grace_period,
+        )
+        if launch.log_path.exists():  # a fresh attempt of this agent: start a fresh log
+            launch.log_path.unlink()
+        self.tasks[key] = _Tracked(launch)
+        self.supervisor.start(launch)
+        log.info("started task %s (pid in its own process group)", launch.key)
+
+
+def _report(key: TaskKey, status: TaskStatus, hold_exit: bool) -> TaskReport:
+    exited = status.state is TaskState.EXITED and not hold_exit
+    state = (
+        "exited"
+        if exited
+        else ("terminating" if status.state is not TaskState.RUNNING else "running")
+    )
+    if status.state is TaskState.EXITED and not exited:
+        state = "terminating"
+    return TaskReport(
+        job_id=key[0],
+        attempt=key[1],
+        rank=key[2],
+        state=state,
+        pid=status.pid,
+        exit_code=status.exit_code if exited else None,
+        started_at=status.started_at,
+        ended_at=status.ended_at if exited else None,
+    )
+
+
+def _msg(exc: httpx.HTTPStatusError) -> str:
+    try:
+        return exc.response.json().get("message", exc.response.text)
+    except ValueError:
+        return exc.response.text

@@ -1,0 +1,70 @@
+"""What a node agent registers: its devices, CPUs, memory, network path and labels."""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+from urllib.parse import urlparse
+
+from corral.agent.discovery import discover, host_cpus, host_memory_bytes
+from corral.schemas.agent import DeviceIn
+from corral.schemas.common import Strict, validate
+
+
+class NodeDescription(Strict):
+    """The node as declared (``--node-file``) or discovered; the register body minus ids."""
+
+    devices: list[DeviceIn] = []
+    cpus: float
+    memory: int
+    network: list[str] = []
+    labels: dict[str, str] = {}
+
+
+def describe_host(simulate: str | None, labels: dict[str, str]) -> NodeDescription:
+    """Discovered (NVML) or simulated (``8xH100``) GPUs plus this host's CPUs and memory."""
+    gpus = discover(simulate)
+    return NodeDescription(
+        devices=[
+            DeviceIn(
+                index=g.index,
+                model=g.model,
+                memory=g.memory_bytes,
+                nvlink_domain=g.nvlink_domain,
+                uuid=g.uuid,
+            )
+            for g in gpus
+        ],
+        cpus=host_cpus(),
+        memory=host_memory_bytes(),
+        labels=labels,
+    )
+
+
+def load_node_file(path: Path) -> NodeDescription:
+    """A declared node written by ``corral up --cluster`` (JSON)."""
+    return validate(NodeDescription, json.loads(path.read_text()), str(path))
+
+
+def local_address(server_url: str) -> str:
+    """The address other nodes reach this host at: the interface that routes to the server."""
+    host = urlparse(server_url).hostname or "127.0.0.1"
+    if host in ("localhost", "127.0.0.1", "::1"):
+        return "127.0.0.1"
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect((host, 9))  # no packet is sent for UDP connect
+            return probe.getsockname()[0]
+    except OSError:
+        return socket.gethostbyname(socket.gethostname())
+
+
+def free_ports(count: int = 4) -> list[int]:
+    """Ports free on this host right now (for MASTER_PORT of jobs whose rank 0 lands here)."""
+    ports = []
+    for _ in range(count):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("", 0))
+            ports.append(sock.getsockname()[1])
+    return ports

@@ -1,0 +1,251 @@
+"""Cluster commands: up, down, server, agent, nodes, queues, drain, undrain."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from corral.cli.common import Output, OutputOpt, ServerOpt, TokenOpt, client, console, print_json
+from corral.cli.render import nodes_table, queues_table
+from corral.client.config import DEFAULT_PORT, corral_home, resolve_join_token, resolve_servers
+from corral.errors import ValidationError
+
+app = typer.Typer()
+
+
+@app.command()
+def up(
+    nodes: Annotated[int | None, typer.Option(help="simulated nodes")] = None,
+    gpus_per_node: Annotated[
+        int | None, typer.Option("--gpus-per-node", help="GPUs per simulated node")
+    ] = None,
+    gpu_model: Annotated[
+        str | None, typer.Option("--gpu-model", help="model of the simulated GPUs")
+    ] = None,
+    cluster: Annotated[
+        Path | None, typer.Option("--cluster", help="cluster.yaml declaring the nodes")
+    ] = None,
+    port: Annotated[
+        int | None, typer.Option(help=f"API port (default {DEFAULT_PORT}, or a free one)")
+    ] = None,
+    db: Annotated[
+        str | None, typer.Option("--db", help="database URL (default: SQLite in $CORRAL_HOME)")
+    ] = None,
+    config: Annotated[Path | None, typer.Option("--config", help="scheduler.yaml")] = None,
+    detach: Annotated[
+        bool, typer.Option("--detach", "-d", help="return once ready; stop with `corral down`")
+    ] = False,
+) -> None:
+    """An embedded cluster on this host: the control plane plus one agent per node."""
+    from corral.agent.discovery import discover, nvml_available
+    from corral.embedded.cluster import EmbeddedCluster, pick_port, plan_nodes
+
+    home = corral_home()
+    home.mkdir(parents=True, exist_ok=True)
+    real = len(discover(None)) if nvml_available() else 0
+    launches = plan_nodes(nodes, gpus_per_node, gpu_model, cluster, home, real)
+    if port is None:
+        port = pick_port(DEFAULT_PORT)
+    embedded = EmbeddedCluster(home, launches, port, db, config)
+    gpus = sum(n.gpus for n in launches)
+    with console.status(f"starting the control plane and {len(launches)} agent(s)..."):
+        state = embedded.start()
+    kind = "simulated" if any(n.simulate or n.node_file for n in launches) else "detected"
+    models = ", ".join(sorted({n.model for n in launches if n.model})) or "no GPUs"
+    console.print(
+        f"[bold green]Corral is up[/]: {len(launches)} node(s), {gpus} GPU(s) ({models}, {kind})"
+    )
+    console.print(f"  API      {state.server_url}/api/v1   (docs: {state.server_url}/api/v1/docs)")
+    console.print(f"  Home     {home}   (token, database, logs)")
+    console.print("Submit a job:")
+    per_node = launches[0].gpus if launches else 0
+    console.print(
+        f"  corral submit --nodes {len(launches)} --tasks-per-node {max(per_node, 1)} "
+        f"--gpus {per_node} "
+        "-- python -c 'import os; print(os.environ[\"RANK\"])'",
+        markup=False,
+    )
+    console.print("  corral jobs --all; corral show JOB; corral logs JOB", markup=False)
+    if detach:
+        console.print("Stop it with: corral down", markup=False)
+        return
+    console.print("Press Ctrl-C to stop.")
+    stopping = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    try:
+        while not stopping.is_set():
+            if embedded.server and embedded.server.poll() is not None:
+                console.print("[red]the server exited[/]; see the logs in", str(home / "logs"))
+                break
+            stopping.wait(0.5)
+    except KeyboardInterrupt:
+        pass
+    with console.status("stopping agents (their tasks get their grace period) and the server..."):
+        embedded.stop()
+    console.print("Corral stopped.")
+
+
+@app.command()
+def down() -> None:
+    """Stop what `corral up --detach` started."""
+    from corral.embedded.cluster import down as stop_cluster
+
+    home = corral_home()
+    with console.status("stopping agents and the server..."):
+        state = stop_cluster(home)
+    if state is None:
+        console.print(f"no cluster started by `corral up` is recorded in {home}")
+        return
+    console.print(f"stopped the cluster at {state.server_url} ({len(state.agent_pids)} agent(s))")
+
+
+@app.command()
+def server(
+    db: Annotated[
+        str | None, typer.Option("--db", help="sqlite:///path or postgresql://...")
+    ] = None,
+    host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="port to listen on")] = DEFAULT_PORT,
+    config: Annotated[Path | None, typer.Option("--config", help="scheduler.yaml")] = None,
+    node_timeout: Annotated[
+        float,
+        typer.Option("--node-timeout", help="seconds without a heartbeat before a node is lost"),
+    ] = 30.0,
+    sync_interval: Annotated[
+        float, typer.Option("--sync-interval", help="seconds between agent syncs")
+    ] = 2.0,
+) -> None:
+    """The control plane alone (REST API, state, scheduling loop)."""
+    from corral.server.app import serve
+    from corral.server.context import ServerSettings
+
+    home = corral_home()
+    if config is not None and not config.is_file():
+        raise ValidationError(f"--config: no such file {config}")
+    serve(
+        ServerSettings(
+            db_url=db or f"sqlite:///{home / 'corral.db'}",
+            home=home,
+            host=host,
+            port=port,
+            config_path=config,
+            node_timeout=node_timeout,
+            sync_interval=sync_interval,
+        )
+    )
+
+
+@app.command()
+def agent(
+    server: ServerOpt = None,
+    name: Annotated[str | None, typer.Option(help="node name (default: the host name)")] = None,
+    simulate: Annotated[str | None, typer.Option(help="simulated GPUs, e.g. 8xH100")] = None,
+    node_file: Annotated[
+        Path | None,
+        typer.Option("--node-file", help="declared node (JSON), as `corral up --cluster` writes"),
+    ] = None,
+    labels: Annotated[str | None, typer.Option(help="k=v,... node labels")] = None,
+    address: Annotated[
+        str | None, typer.Option(help="address other nodes reach this one at")
+    ] = None,
+    join_token: Annotated[
+        str | None, typer.Option("--join-token", help="default: $CORRAL_JOIN_TOKEN or $CORRAL_HOME")
+    ] = None,
+    checkpoint_root: Annotated[
+        Path | None,
+        typer.Option(
+            "--checkpoint-root", help="where CORRAL_CHECKPOINT_DIR lives (shared storage)"
+        ),
+    ] = None,
+) -> None:
+    """A node agent: registers its GPUs, runs the tasks placed on it, reports them."""
+    import socket
+
+    from corral.agent.agent import Agent, AgentSettings
+    from corral.agent.host import describe_host, load_node_file, local_address
+    from corral.cli.common import parse_pairs
+
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    servers = resolve_servers(server)
+    token = resolve_join_token(join_token)
+    if not token:
+        raise ValidationError(
+            "no join token: pass --join-token, set CORRAL_JOIN_TOKEN, or run on the server's host"
+        )
+    label_map = parse_pairs([p for p in (labels or "").split(",") if p], "--labels")
+    node = load_node_file(node_file) if node_file else describe_host(simulate, label_map)
+    if node_file and label_map:
+        node.labels.update(label_map)
+    node_name = name or socket.gethostname().split(".")[0]
+    home = corral_home()
+    settings = AgentSettings(
+        servers=servers,
+        join_token=token,
+        name=node_name,
+        address=address or local_address(servers[0]),
+        node=node,
+        home=home / "agents" / node_name,
+        checkpoint_root=checkpoint_root or home / "checkpoints",
+    )
+    worker = Agent(settings)
+    signal.signal(signal.SIGTERM, lambda *_: worker.stop())
+    signal.signal(signal.SIGINT, lambda *_: worker.stop())
+    worker.run()
+
+
+@app.command()
+def nodes(
+    server: ServerOpt = None, token: TokenOpt = None, output: OutputOpt = Output.table
+) -> None:
+    """Nodes with free and used devices."""
+    found = client(server, token).nodes()
+    if output is Output.json:
+        print_json({"nodes": found})
+    elif not found:
+        console.print("no nodes registered (start agents with `corral agent` or `corral up`)")
+    else:
+        console.print(nodes_table(found, time.time()))
+
+
+@app.command()
+def queues(
+    server: ServerOpt = None, token: TokenOpt = None, output: OutputOpt = Output.table
+) -> None:
+    """Queues with quota, usage and pending count."""
+    found = client(server, token).queues()
+    if output is Output.json:
+        print_json({"queues": found})
+    else:
+        console.print(queues_table(found))
+
+
+@app.command()
+def drain(
+    node: Annotated[str, typer.Argument(metavar="NODE")],
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+    output: OutputOpt = Output.table,
+) -> None:
+    """Stop placing new work on a node (running work stays)."""
+    result = client(server, token).drain(node)
+    print_json(result) if output is Output.json else console.print(f"node {node}: {result.state}")
+
+
+@app.command()
+def undrain(
+    node: Annotated[str, typer.Argument(metavar="NODE")],
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+    output: OutputOpt = Output.table,
+) -> None:
+    """Let a drained node take new work again."""
+    result = client(server, token).undrain(node)
+    print_json(result) if output is Output.json else console.print(f"node {node}: {result.state}")

@@ -1,0 +1,243 @@
+"""Job commands: submit, jobs, show, logs, cancel, wait, preempt."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from corral.cli.common import (
+    Output,
+    OutputOpt,
+    ServerOpt,
+    TokenOpt,
+    client,
+    console,
+    err_console,
+    parse_pairs,
+    print_json,
+)
+from corral.cli.render import job_panel, jobs_table, state_text
+from corral.errors import ValidationError
+from corral.schemas.manifest import JobManifest, load_manifest, parse_manifest
+
+app = typer.Typer()
+
+
+def build_manifest(
+    file: Path | None, command: list[str], flags: dict[str, Any], env: list[str]
+) -> JobManifest:
+    """The manifest from ``-f`` (if any) with the command-line flags laid over it."""
+    data: dict[str, Any] = {}
+    if file is not None:
+        try:
+            text = sys.stdin.read() if str(file) == "-" else file.read_text()
+        except OSError as exc:
+            raise ValidationError(f"cannot read {file}: {exc.strerror}") from None
+        data = load_manifest(text, str(file)).model_dump(mode="json", exclude_none=True)
+    resources = data.setdefault("resources", {})
+    for key in ("gpus", "gpu_model", "cpus", "memory"):
+        if flags.get(key) is not None:
+            resources[key] = flags.pop(key)
+        flags.pop(key, None)
+    data.update({k: v for k, v in flags.items() if v is not None})
+    if env:
+        data["env"] = {**data.get("env", {}), **parse_pairs(env, "--env")}
+    if command:
+        one = len(command) == 1 and any(c.isspace() for c in command[0])
+        data["command"] = command[0] if one else list(command)
+    if "command" not in data:
+        raise ValidationError(
+            "no command: use `corral submit [options] -- COMMAND ...` or -f job.yaml"
+        )
+    return parse_manifest(data)
+
+
+@app.command(context_settings={"allow_interspersed_args": False})
+def submit(
+    command: Annotated[
+        list[str] | None, typer.Argument(help="command and arguments, after --")
+    ] = None,
+    file: Annotated[
+        Path | None, typer.Option("-f", "--file", help="job manifest YAML ('-' for stdin)")
+    ] = None,
+    name: Annotated[str | None, typer.Option(help="job name")] = None,
+    queue: Annotated[str | None, typer.Option(help="queue (default: default)")] = None,
+    priority: Annotated[str | None, typer.Option(help="priority class or integer")] = None,
+    nodes: Annotated[int | None, typer.Option(help="number of nodes")] = None,
+    tasks_per_node: Annotated[
+        int | None, typer.Option("--tasks-per-node", help="processes per node")
+    ] = None,
+    gpus: Annotated[
+        str | None, typer.Option(help="GPUs per node: 8, H100:8, 0.5 or 1g.10gb")
+    ] = None,
+    gpu_model: Annotated[
+        str | None, typer.Option("--gpu-model", help="glob on the GPU model")
+    ] = None,
+    cpus: Annotated[float | None, typer.Option(help="CPUs per node")] = None,
+    memory: Annotated[str | None, typer.Option(help="memory per node, e.g. 256GB")] = None,
+    time_limit: Annotated[str | None, typer.Option("--time-limit", help="e.g. 4h")] = None,
+    preemptible: Annotated[bool | None, typer.Option("--preemptible/--no-preemptible")] = None,
+    grace_period: Annotated[str | None, typer.Option("--grace-period", help="e.g. 60s")] = None,
+    requeue: Annotated[bool | None, typer.Option("--requeue/--no-requeue")] = None,
+    env: Annotated[list[str] | None, typer.Option("--env", "-e", help="K=V, repeatable")] = None,
+    workdir: Annotated[str | None, typer.Option(help="working directory of the tasks")] = None,
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+    output: OutputOpt = Output.table,
+) -> None:
+    """Submit a job; prints its id (with -o json, the job)."""
+    prio: Any = int(priority) if priority and priority.lstrip("-").isdigit() else priority
+    gpu_value: Any = _number(gpus) if gpus else None
+    manifest = build_manifest(
+        file,
+        command or [],
+        {
+            "name": name,
+            "queue": queue,
+            "priority": prio,
+            "nodes": nodes,
+            "tasks_per_node": tasks_per_node,
+            "gpus": gpu_value,
+            "gpu_model": gpu_model,
+            "cpus": cpus,
+            "memory": memory,
+            "time_limit": time_limit,
+            "preemptible": preemptible,
+            "grace_period": grace_period,
+            "requeue": requeue,
+            "workdir": workdir,
+        },
+        env or [],
+    )
+    job = client(server, token).submit(manifest)
+    if output is Output.json:
+        print_json(job)
+    else:
+        print(job.id)
+
+
+@app.command()
+def jobs(
+    all: Annotated[bool, typer.Option("--all", "-a", help="include ended jobs")] = False,
+    queue: Annotated[str | None, typer.Option(help="only this queue")] = None,
+    state: Annotated[str | None, typer.Option(help="only this state")] = None,
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+    output: OutputOpt = Output.table,
+) -> None:
+    """The queue: pending jobs with their reason and position, running jobs with their nodes."""
+    found = client(server, token).list(all=all, queue=queue, state=state)
+    if output is Output.json:
+        print_json({"jobs": found})
+    elif not found:
+        console.print("no jobs" + ("" if all else " (use --all to include ended jobs)"))
+    else:
+        console.print(jobs_table(found, time.time()))
+
+
+@app.command()
+def show(
+    job_id: Annotated[int, typer.Argument(metavar="JOB")],
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+    output: OutputOpt = Output.table,
+) -> None:
+    """One job: state, placement per task, attempts and events."""
+    job = client(server, token).get(job_id)
+    if output is Output.json:
+        print_json(job)
+    else:
+        console.print(job_panel(job, time.time()))
+
+
+@app.command()
+def logs(
+    job_id: Annotated[int, typer.Argument(metavar="JOB")],
+    task: Annotated[int, typer.Option("--task", "-t", help="task rank")] = 0,
+    attempt: Annotated[int | None, typer.Option(help="attempt (default: the latest)")] = None,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="keep printing until the task ends")
+    ] = False,
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+    output: OutputOpt = Output.table,
+) -> None:
+    """A task's stdout and stderr (task 0 by default)."""
+    c = client(server, token)
+    if output is Output.json:
+        chunk = c.log_chunk(job_id, task, 0, attempt)
+        print_json(chunk)
+        return
+    for piece in c.follow_logs(job_id, task, attempt, follow=follow):
+        sys.stdout.write(piece)
+        sys.stdout.flush()
+
+
+@app.command()
+def cancel(
+    job_ids: Annotated[list[int], typer.Argument(metavar="JOB...")],
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+    output: OutputOpt = Output.table,
+) -> None:
+    """Cancel jobs; running tasks get SIGTERM, then SIGKILL after the grace period."""
+    c = client(server, token)
+    done = [c.cancel(j) for j in job_ids]
+    if output is Output.json:
+        print_json({"jobs": done})
+    else:
+        for job in done:
+            console.print(f"job {job.id}: ", state_text(job.state))
+
+
+@app.command()
+def preempt(
+    job_ids: Annotated[list[int], typer.Argument(metavar="JOB...")],
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+    output: OutputOpt = Output.table,
+) -> None:
+    """Preempt now, as the scheduler would: SIGTERM, grace period, requeue."""
+    c = client(server, token)
+    done = [c.preempt(j) for j in job_ids]
+    if output is Output.json:
+        print_json({"jobs": done})
+    else:
+        for job in done:
+            console.print(f"job {job.id}: ", state_text(job.state))
+
+
+@app.command()
+def wait(
+    job_ids: Annotated[list[int], typer.Argument(metavar="JOB...")],
+    timeout: Annotated[float | None, typer.Option(help="give up after this many seconds")] = None,
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+    output: OutputOpt = Output.table,
+) -> None:
+    """Block until the jobs end; exit code 0 only if all succeeded."""
+    try:
+        done = client(server, token).wait(job_ids, timeout=timeout)
+    except TimeoutError as exc:
+        err_console.print(f"error: {exc}")
+        raise typer.Exit(2) from None
+    if output is Output.json:
+        print_json({"jobs": done})
+    else:
+        for job in done:
+            console.print(f"job {job.id}: ", state_text(job.state), f" ({job.reason})")
+    if any(j.state != "succeeded" for j in done):
+        raise typer.Exit(1)
+
+
+def _number(text: str) -> int | float | str:
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text

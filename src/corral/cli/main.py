@@ -1,0 +1,32 @@
+"""The ``corral`` command: assembles the sub-apps and turns errors into one-line messages."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from corral.cli import cluster, demo, jobs, tokens
+from corral.cli.common import err_console
+from corral.errors import CorralError
+
+app = typer.Typer(
+    name="corral",
+    help="Corral: a workload manager for GPU and TPU clusters.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+for sub in (jobs.app, cluster.app, demo.app):
+    app.registered_commands += sub.registered_commands
+app.add_typer(tokens.app, name="token")
+
+
+def main() -> None:
+    try:
+        app()
+    except CorralError as exc:
+        err_console.print(f"[bold red]error:[/] {exc.message}", highlight=False)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        sys.exit(130)

@@ -1,0 +1,206 @@
+"""Rich tables and panels for jobs, nodes and queues."""
+
+from __future__ import annotations
+
+import shlex
+from datetime import datetime
+
+from rich.console import Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from corral.core.units import format_duration, format_size
+from corral.schemas.api import JobOut, NodeOut, QueueOut, TokenOut
+
+STATE_STYLE = {
+    "pending": "yellow",
+    "running": "green",
+    "preempting": "magenta",
+    "succeeded": "bold green",
+    "failed": "bold red",
+    "cancelled": "dim",
+    "ready": "green",
+    "draining": "yellow",
+    "lost": "bold red",
+}
+
+
+def state_text(state: str) -> Text:
+    return Text(state, style=STATE_STYLE.get(state, ""))
+
+
+def _when(at: float | None) -> str:
+    return "-" if at is None else datetime.fromtimestamp(at).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _elapsed(job: JobOut, now: float) -> str:
+    if job.started_at is None:
+        return format_duration(now - job.submitted_at) + " wait"
+    return format_duration((job.ended_at or now) - job.started_at)
+
+
+def jobs_table(jobs: list[JobOut], now: float) -> Table:
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for col in ("ID", "NAME", "QUEUE", "USER", "STATE", "PRIO", "SHAPE", "GPUS", "TIME"):
+        table.add_column(col, no_wrap=True)
+    table.add_column("REASON / NODES", overflow="fold")
+    for job in jobs:
+        if job.state == "pending":
+            detail = f"#{job.position} {job.reason or ''}" if job.position else job.reason or ""
+        elif job.state in ("running", "preempting"):
+            detail = ", ".join(dict.fromkeys(t.node for t in job.tasks))
+        else:
+            detail = job.reason or ""
+        table.add_row(
+            str(job.id),
+            job.name or "-",
+            job.queue,
+            job.user,
+            state_text(job.state),
+            job.priority_class or str(job.priority),
+            f"{job.nodes}x{job.tasks_per_node}",
+            f"{job.total_gpus:g}",
+            _elapsed(job, now),
+            detail,
+        )
+    return table
+
+
+def job_panel(job: JobOut, now: float) -> Group:
+    command = job.manifest.get("command")
+    command = command if isinstance(command, str) else shlex.join(command or [])
+    info = Table.grid(padding=(0, 2))
+    info.add_column(style="bold")
+    info.add_column(overflow="fold")
+    rows = [
+        ("State", state_text(job.state)),
+        ("Reason", job.reason or "-"),
+        ("Queue", f"{job.queue} (position {job.position})" if job.position else job.queue),
+        ("User", job.user),
+        (
+            "Priority",
+            f"{job.priority_class or ''} {job.priority}".strip()
+            + ("" if job.preemptible else " (not preemptible)"),
+        ),
+        (
+            "Shape",
+            f"{job.nodes} node(s) x {job.tasks_per_node} task(s), {job.gpus} GPU(s) per node",
+        ),
+        ("Command", command),
+        ("Attempt", str(job.attempt)),
+        ("Submitted", _when(job.submitted_at)),
+        ("Started", _when(job.started_at)),
+        ("Ended", _when(job.ended_at)),
+        ("Run time", "-" if job.started_at is None else _elapsed(job, now)),
+    ]
+    if job.exit_code is not None:
+        rows.append(("Exit code", str(job.exit_code)))
+    for key, value in rows:
+        info.add_row(key, value)
+    parts: list = [
+        Panel(info, title=f"job {job.id}" + (f" · {job.name}" if job.name else ""), expand=False)
+    ]
+    if job.tasks:
+        tasks = Table(title="Placement", box=None, header_style="bold", title_justify="left")
+        for col in ("RANK", "NODE", "LOCAL", "GPUS", "STATE", "PID", "EXIT"):
+            tasks.add_column(col)
+        for t in job.tasks:
+            gpus = ",".join(map(str, t.gpus)) or "-"
+            if t.gpu_share < 1 and t.gpus:
+                gpus += f" ({t.gpu_share:g})"
+            tasks.add_row(
+                str(t.rank),
+                t.node,
+                str(t.local_rank),
+                gpus,
+                state_text(t.state),
+                str(t.pid or "-"),
+                "-" if t.exit_code is None else str(t.exit_code),
+            )
+        parts.append(tasks)
+    if job.attempts:
+        attempts = Table(title="Attempts", box=None, header_style="bold", title_justify="left")
+        for col in ("#", "NODES", "STARTED", "ENDED", "OUTCOME"):
+            attempts.add_column(col)
+        for a in job.attempts:
+            attempts.add_row(
+                str(a.attempt),
+                ", ".join(a.nodes),
+                _when(a.started_at),
+                _when(a.ended_at),
+                a.outcome or "-",
+            )
+        parts.append(attempts)
+    if job.events:
+        events = Table(title="Events", box=None, header_style="bold", title_justify="left")
+        for col in ("TIME", "ATTEMPT", "TRANSITION", "REASON"):
+            events.add_column(col)
+        for e in job.events:
+            arrow = f"{e.from_state} -> {e.to_state}" if e.from_state else e.to_state
+            events.add_row(_when(e.at), str(e.attempt), arrow, e.reason)
+        parts.append(events)
+    return Group(*parts)
+
+
+def nodes_table(nodes: list[NodeOut], now: float) -> Table:
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for col in (
+        "NAME",
+        "STATE",
+        "GPUS (USED/TOTAL)",
+        "MODEL",
+        "DEVICES",
+        "CPUS",
+        "MEMORY",
+        "NETWORK",
+        "JOBS",
+        "HEARTBEAT",
+    ):
+        table.add_column(col, no_wrap=col not in ("DEVICES", "JOBS"))
+    for node in nodes:
+        cells = "".join(
+            "■" if d.share_used >= 1 else ("◧" if d.share_used > 0 else "□") for d in node.devices
+        )
+        table.add_row(
+            node.name,
+            state_text(node.state),
+            f"{node.gpus_used:g}/{node.gpus}",
+            ", ".join(node.models) or "-",
+            cells or "-",
+            f"{node.cpus:g}",
+            format_size(node.memory),
+            "/".join(node.network) or "-",
+            ", ".join(map(str, node.jobs)) or "-",
+            "-"
+            if node.last_heartbeat is None
+            else format_duration(now - node.last_heartbeat) + " ago",
+        )
+    return table
+
+
+def queues_table(queues: list[QueueOut]) -> Table:
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for col in ("QUEUE", "WEIGHT", "QUOTA", "COHORT", "GPUS USED", "RUNNING", "PENDING"):
+        table.add_column(col)
+    for q in queues:
+        quota = ", ".join(f"{k}={v:g}" for k, v in q.quota.items()) or "unlimited"
+        table.add_row(
+            q.name,
+            f"{q.weight:g}",
+            quota,
+            q.cohort or "-",
+            f"{q.gpus_used:g}",
+            str(q.running),
+            str(q.pending),
+        )
+    return table
+
+
+def tokens_table(tokens: list[TokenOut]) -> Table:
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for col in ("ID", "USER", "ROLE", "CREATED", "REVOKED"):
+        table.add_column(col)
+    for t in tokens:
+        table.add_row(str(t.id), t.user, t.role, _when(t.created_at), _when(t.revoked_at))
+    return table

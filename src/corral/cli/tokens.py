@@ -1,0 +1,52 @@
+"""Token commands: create, list, revoke."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from corral.cli.common import Output, OutputOpt, ServerOpt, TokenOpt, client, console, print_json
+from corral.cli.render import tokens_table
+
+app = typer.Typer(help="API tokens (admin).", no_args_is_help=True)
+
+
+@app.command()
+def create(
+    user: Annotated[str, typer.Option(help="who the token is for")],
+    role: Annotated[str, typer.Option(help="admin or user")] = "user",
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+    output: OutputOpt = Output.table,
+) -> None:
+    """Create a token; the secret is shown once."""
+    created = client(server, token).create_token(user, role)
+    if output is Output.json:
+        print_json(
+            {"token": created.token, "id": created.id, "user": created.user, "role": created.role}
+        )
+    else:
+        console.print(f"token {created.id} for {created.user} ({created.role}):")
+        print(created.token)
+
+
+@app.command("list")
+def list_tokens(
+    server: ServerOpt = None, token: TokenOpt = None, output: OutputOpt = Output.table
+) -> None:
+    """Tokens (secrets are never shown again)."""
+    found = client(server, token).tokens()
+    print_json({"tokens": found}) if output is Output.json else console.print(tokens_table(found))
+
+
+@app.command()
+def revoke(
+    token_id: Annotated[int, typer.Argument(metavar="ID")],
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+    output: OutputOpt = Output.table,
+) -> None:
+    """Revoke a token."""
+    revoked = client(server, token).revoke_token(token_id)
+    print_json(revoked) if output is Output.json else console.print(f"token {token_id} revoked")

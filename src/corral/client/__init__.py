@@ -1,0 +1,5 @@
+"""Python SDK for Corral."""
+
+from corral.client.client import Client
+
+__all__ = ["Client"]

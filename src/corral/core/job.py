@@ -1,0 +1,126 @@
+"""Jobs: the validated spec of a manifest, and the job as the scheduler sees it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from corral.core.resources import GpuKind, GpuRequest
+
+
+class JobState(StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    PREEMPTING = "preempting"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL_STATES
+
+    @property
+    def active(self) -> bool:
+        """Placed on nodes (tasks may be running)."""
+        return self in (JobState.RUNNING, JobState.PREEMPTING)
+
+
+TERMINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
+
+
+class TopologyLevel(StrEnum):
+    NVLINK = "nvlink"
+    NODE = "node"
+    LEAF = "leaf"
+    SPINE = "spine"
+    ZONE = "zone"
+    ANY = "any"
+
+
+class TopologyMode(StrEnum):
+    REQUIRED = "required"
+    PREFERRED = "preferred"
+
+
+class PlacementPolicy(StrEnum):
+    BINPACK = "binpack"
+    SPREAD = "spread"
+
+
+@dataclass(frozen=True)
+class Topology:
+    level: TopologyLevel = TopologyLevel.ANY
+    mode: TopologyMode = TopologyMode.PREFERRED
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """A validated manifest (SPEC section 2). Resources are per node."""
+
+    command: tuple[str, ...] | str
+    name: str | None = None
+    queue: str = "default"
+    priority: str | int | None = None
+    nodes: int = 1
+    tasks_per_node: int = 1
+    gpus: GpuRequest = field(default_factory=GpuRequest)
+    gpu_model: str | None = None
+    gpu_memory: int | None = None
+    cpus: float | None = None
+    memory: int | None = None
+    tpu: str | None = None
+    topology: Topology | None = None
+    placement: PlacementPolicy | None = None
+    node_selector: tuple[tuple[str, str], ...] = ()
+    time_limit: float | None = None
+    runtime_estimate: float | None = None
+    preemptible: bool | None = None
+    grace_period: float = 30.0
+    requeue: bool = True
+    env: tuple[tuple[str, str], ...] = ()
+    workdir: str | None = None
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.tasks_per_node
+
+    @property
+    def model_pattern(self) -> str | None:
+        """The GPU model constraint: ``gpu_model``, else the ``H100:8`` prefix."""
+        return self.gpu_model or self.gpus.model
+
+    @property
+    def gpus_per_task(self) -> int:
+        """Whole GPUs each task gets (the node's GPUs split evenly)."""
+        if self.gpus.kind is not GpuKind.WHOLE:
+            return 0
+        return self.gpus.count // self.tasks_per_node
+
+    @property
+    def total_gpus(self) -> float:
+        """GPUs of the whole job, fractions counted as such (for display and accounting)."""
+        if self.gpus.kind is GpuKind.WHOLE:
+            return float(self.gpus.count * self.nodes)
+        if self.gpus.kind is GpuKind.FRACTION:
+            return self.gpus.milli / 1000 * self.nodes
+        if self.gpus.kind is GpuKind.MIG:
+            return float(self.nodes)
+        return 0.0
+
+
+@dataclass(frozen=True)
+class Job:
+    """A job as the scheduler sees it: the spec plus what the control plane resolved."""
+
+    id: int
+    spec: JobSpec
+    state: JobState
+    priority: int
+    preemptible: bool
+    submitted_at: float
+    attempt: int = 0
+
+    @property
+    def queue(self) -> str:
+        return self.spec.queue

@@ -1,0 +1,55 @@
+"""Nodes and their devices."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class NodeState(StrEnum):
+    READY = "ready"
+    DRAINING = "draining"  # keeps its running work, takes no new work
+    LOST = "lost"  # stopped heartbeating; its work was requeued or failed
+
+    @property
+    def schedulable(self) -> bool:
+        return self is NodeState.READY
+
+
+@dataclass(frozen=True)
+class Device:
+    """One accelerator: its index on the node, model, memory and NVLink domain."""
+
+    index: int
+    model: str
+    memory: int
+    nvlink_domain: int = 0
+    uuid: str | None = None
+    mig: tuple[str, ...] = ()  # declared MIG instances (profiles); empty: not in MIG mode
+
+
+@dataclass(frozen=True)
+class Node:
+    """A node as registered by its agent (or declared in a cluster file)."""
+
+    name: str
+    devices: tuple[Device, ...] = ()
+    cpus: float = 0.0
+    memory: int = 0
+    network: tuple[str, ...] = ()  # path in the network tree, outermost first
+    labels: tuple[tuple[str, str], ...] = ()
+    state: NodeState = NodeState.READY
+    address: str = "127.0.0.1"
+    attributes: tuple[tuple[str, float], ...] = field(default=(), compare=False)
+
+    @property
+    def gpu_count(self) -> int:
+        return len(self.devices)
+
+    @property
+    def label_map(self) -> dict[str, str]:
+        return dict(self.labels)
+
+    @property
+    def models(self) -> frozenset[str]:
+        return frozenset(d.model for d in self.devices)

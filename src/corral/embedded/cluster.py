@@ -1,0 +1,324 @@
+"""``corral up`` / ``corral down``: a control plane plus local agents as real processes.
+
+Each node is a separate ``corral agent`` process (simulated GPUs, or the host's real GPUs);
+the server keeps its SQLite database under ``$CORRAL_HOME``. ``up.json`` in the home
+records the processes so that ``corral down`` can stop a detached cluster.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import httpx
+
+from corral.client.config import SERVER_FILE, TOKEN_FILE
+from corral.errors import ConflictError, CorralError, ValidationError
+from corral.schemas.cluster import load_cluster
+
+STATE_FILE = "up.json"
+
+
+@dataclass(frozen=True)
+class NodeLaunch:
+    name: str
+    simulate: str | None = None  # "8xH100"
+    node_file: str | None = None  # declared node (cluster file)
+    gpus: int = 0
+    model: str = ""
+
+
+@dataclass
+class UpState:
+    server_url: str
+    server_pid: int
+    agent_pids: dict[str, int]
+    home: str
+
+
+def plan_nodes(
+    nodes: int | None,
+    gpus_per_node: int | None,
+    gpu_model: str | None,
+    cluster_file: Path | None,
+    home: Path,
+    real_gpus: int,
+) -> list[NodeLaunch]:
+    """Which agents to start: declared nodes, simulated ones, or one over real GPUs."""
+    if cluster_file is not None:
+        if nodes or gpus_per_node or gpu_model:
+            raise ValidationError("--cluster cannot be combined with --nodes/--gpus-per-node")
+        cluster = load_cluster(cluster_file.read_text(), str(cluster_file))
+        (home / "nodes").mkdir(parents=True, exist_ok=True)
+        launches = []
+        for node in cluster.to_nodes():
+            path = home / "nodes" / f"{node.name}.json"
+            path.write_text(json.dumps(_node_file(node)))
+            model = node.devices[0].model if node.devices else ""
+            launches.append(
+                NodeLaunch(node.name, node_file=str(path), gpus=len(node.devices), model=model)
+            )
+        return launches
+    if nodes is None and gpus_per_node is None and gpu_model is None and real_gpus:
+        return [NodeLaunch(socket.gethostname().split(".")[0], gpus=real_gpus, model="(detected)")]
+    count = 1 if nodes is None else nodes
+    per_node = 8 if gpus_per_node is None else gpus_per_node
+    model = gpu_model or "H100"
+    if count < 1 or per_node < 0:
+        raise ValidationError("--nodes must be at least 1 and --gpus-per-node at least 0")
+    return [
+        NodeLaunch(
+            f"node-{i:02d}",
+            simulate=f"{per_node}x{model}" if per_node else None,
+            gpus=per_node,
+            model=model,
+        )
+        for i in range(count)
+    ]
+
+
+def _node_file(node) -> dict:  # noqa: ANN001
+    return {
+        "devices": [
+            {
+                "index": d.index,
+                "model": d.model,
+                "memory": d.memory,
+                "nvlink_domain": d.nvlink_domain,
+                "mig": list(d.mig),
+            }
+            for d in node.devices
+        ],
+        "cpus": node.cpus,
+        "memory": int(node.memory),
+        "network": list(node.network),
+        "labels": dict(node.labels),
+    }
+
+
+def port_free(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def pick_port(preferred: int, host: str = "127.0.0.1") -> int:
+    if port_free(preferred, host):
+        return preferred
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def running_state(home: Path) -> UpState | None:
+    """The recorded cluster if its server process is still alive."""
+    try:
+        state = UpState(**json.loads((home / STATE_FILE).read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+    return state if _alive(state.server_pid) else None
+
+
+class EmbeddedCluster:
+    def __init__(
+        self,
+        home: Path,
+        launches: list[NodeLaunch],
+        port: int,
+        db_url: str | None = None,
+        config: Path | None = None,
+        host: str = "127.0.0.1",
+    ) -> None:
+        self.home = home
+        self.launches = launches
+        self.port = port
+        self.host = host
+        self.db_url = db_url or f"sqlite:///{home / 'corral.db'}"
+        self.config = config
+        self.url = f"http://{host}:{port}"
+        self.server: subprocess.Popen | None = None
+        self.agents: dict[str, subprocess.Popen] = {}
+
+    def start(self, timeout: float = 60.0) -> UpState:
+        """Start the server and the agents; return once every node is ready."""
+        existing = running_state(self.home)
+        if existing:
+            raise ConflictError(
+                f"a Corral cluster is already running from {self.home} "
+                f"(server {existing.server_url}); stop it with `corral down`"
+            )
+        (self.home / "logs").mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, "CORRAL_HOME": str(self.home)}
+        server_cmd = [
+            sys.executable,
+            "-m",
+            "corral",
+            "server",
+            "--db",
+            self.db_url,
+            "--host",
+            self.host,
+            "--port",
+            str(self.port),
+            "--node-timeout",
+            "15",
+            "--sync-interval",
+            "1",
+        ]
+        if self.config:
+            server_cmd += ["--config", str(self.config)]
+        self.server = self._spawn(server_cmd, "server.log", env)
+        try:
+            self._wait_healthy(timeout)
+            for launch in self.launches:
+                cmd = [
+                    sys.executable,
+                    "-m",
+                    "corral",
+                    "agent",
+                    "--server",
+                    self.url,
+                    "--name",
+                    launch.name,
+                ]
+                if launch.simulate:
+                    cmd += ["--simulate", launch.simulate]
+                if launch.node_file:
+                    cmd += ["--node-file", launch.node_file]
+                self.agents[launch.name] = self._spawn(cmd, f"agent-{launch.name}.log", env)
+            self._wait_nodes(timeout)
+        except BaseException:
+            self.stop()
+            raise
+        (self.home / SERVER_FILE).write_text(self.url + "\n")
+        state = UpState(
+            self.url, self.server.pid, {n: p.pid for n, p in self.agents.items()}, str(self.home)
+        )
+        (self.home / STATE_FILE).write_text(json.dumps(asdict(state), indent=2))
+        return state
+
+    def _spawn(self, cmd: list[str], log_name: str, env: dict[str, str]) -> subprocess.Popen:
+        log_file = open(self.home / "logs" / log_name, "ab")  # noqa: SIM115 (child keeps it)
+        try:
+            return subprocess.Popen(
+                cmd,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,
+            )
+        finally:
+            log_file.close()
+
+    def _wait_healthy(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.server and self.server.poll() is not None:
+                raise CorralError(
+                    f"the server exited with code {self.server.returncode}; "
+                    f"see {self.home / 'logs' / 'server.log'}"
+                )
+            try:
+                if (
+                    httpx.get(f"{self.url}/api/v1/health", timeout=2).is_success
+                    and (self.home / TOKEN_FILE).exists()
+                ):
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise CorralError(f"the server did not become healthy within {timeout:.0f}s")
+
+    def _wait_nodes(self, timeout: float) -> None:
+        token = (self.home / TOKEN_FILE).read_text().strip()
+        want = {launch.name for launch in self.launches}
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for name, proc in self.agents.items():
+                if proc.poll() is not None:
+                    raise CorralError(
+                        f"agent {name} exited with code {proc.returncode}; "
+                        f"see {self.home / 'logs' / f'agent-{name}.log'}"
+                    )
+            try:
+                nodes = httpx.get(
+                    f"{self.url}/api/v1/nodes",
+                    headers={"Authorization": f"Bearer {token}"},
+                    timeout=5,
+                ).json()["nodes"]
+                if want <= {n["name"] for n in nodes if n["state"] == "ready"}:
+                    return
+            except (httpx.HTTPError, KeyError, ValueError):
+                pass
+            time.sleep(0.1)
+        raise CorralError(f"the agents did not register within {timeout:.0f}s")
+
+    def stop(self) -> None:
+        pids = [p.pid for p in self.agents.values()]
+        stop_processes(pids, [self.server.pid] if self.server else [])
+        for proc in [*self.agents.values(), *([self.server] if self.server else [])]:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=1)
+        (self.home / STATE_FILE).unlink(missing_ok=True)
+
+
+def stop_processes(agents: list[int], servers: list[int], timeout: float = 30.0) -> None:
+    """SIGTERM the agents (they stop their tasks), then the servers; SIGKILL stragglers."""
+    for group in (agents, servers):
+        for pid in group:
+            _signal(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and any(_alive(p) for p in group):
+            time.sleep(0.1)
+        for pid in group:
+            if _alive(pid):
+                _signal(pid, signal.SIGKILL)
+
+
+def down(home: Path) -> UpState | None:
+    """Stop the cluster that ``corral up --detach`` started from ``home``."""
+    try:
+        state = UpState(**json.loads((home / STATE_FILE).read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+    stop_processes(list(state.agent_pids.values()), [state.server_pid])
+    (home / STATE_FILE).unlink(missing_ok=True)
+    return state
+
+
+def _alive(pid: int) -> bool:
+    try:
+        waited, _ = os.waitpid(pid, os.WNOHANG)
+        if waited:
+            return False
+    except ChildProcessError:
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def _signal(pid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, sig)

@@ -1,0 +1,105 @@
+"""Scheduler configuration as the pure core sees it (SPEC section 6).
+
+Parsed and validated from YAML by ``corral.schemas.config``; here only frozen values and
+the lookups the cycle and the control plane need.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from corral.core.job import PlacementPolicy
+from corral.errors import ValidationError
+
+
+@dataclass(frozen=True)
+class PriorityClass:
+    name: str
+    value: int
+    preemptible: bool
+
+
+@dataclass(frozen=True)
+class QueueConfig:
+    name: str
+    weight: float = 1.0
+    quota: tuple[tuple[str, float], ...] = ()  # resource ("gpus" or a GPU model) -> amount
+    cohort: str | None = None
+    borrowing_limit: tuple[tuple[str, float], ...] = ()
+    placement: PlacementPolicy | None = None
+
+
+@dataclass(frozen=True)
+class PluginRef:
+    """A plugin named in the configuration: registry name or dotted path, with a weight."""
+
+    name: str
+    weight: float = 1.0
+    args: tuple[tuple[str, object], ...] = ()
+
+
+@dataclass(frozen=True)
+class Policy:
+    placement: PlacementPolicy = PlacementPolicy.BINPACK
+    backfill: bool = False
+    preemption: bool = False
+    fair_share_half_life: float = 7 * 86400.0
+    interval: float = 10.0
+
+
+DEFAULT_PRIORITY_CLASSES = (
+    PriorityClass("low", 0, True),
+    PriorityClass("normal", 100, True),
+    PriorityClass("high", 1000, False),
+)
+DEFAULT_PRIORITY = "normal"
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    queues: tuple[QueueConfig, ...] = (QueueConfig("default"),)
+    priority_classes: tuple[PriorityClass, ...] = DEFAULT_PRIORITY_CLASSES
+    policy: Policy = field(default_factory=Policy)
+    plugins: tuple[PluginRef, ...] = ()
+
+    def queue(self, name: str) -> QueueConfig:
+        """The queue called ``name``; ``ValidationError`` listing the known ones otherwise."""
+        for queue in self.queues:
+            if queue.name == name:
+                return queue
+        known = ", ".join(q.name for q in self.queues)
+        raise ValidationError(f"queue: unknown queue {name!r} (known queues: {known})")
+
+    def resolve_priority(
+        self, priority: str | int | None, preemptible: bool | None = None
+    ) -> tuple[int, bool]:
+        """``(value, preemptible)`` for a manifest's ``priority`` and ``preemptible``.
+
+        A class name takes the class's value and default; an integer is preemptible when
+        below the lowest non-preemptible class. An explicit ``preemptible`` wins.
+        """
+        if priority is None:
+            priority = DEFAULT_PRIORITY if self._class(DEFAULT_PRIORITY) else 0
+        if isinstance(priority, str):
+            cls = self._class(priority)
+            if cls is None:
+                known = ", ".join(c.name for c in self.priority_classes)
+                raise ValidationError(
+                    f"priority: unknown priority class {priority!r} (known: {known}, or an integer)"
+                )
+            value, default = cls.value, cls.preemptible
+        else:
+            value = int(priority)
+            fences = [c.value for c in self.priority_classes if not c.preemptible]
+            default = not fences or value < min(fences)
+        return value, default if preemptible is None else preemptible
+
+    def queue_placement(self, name: str) -> PlacementPolicy:
+        """The queue's default placement, else the cluster's."""
+        for queue in self.queues:
+            if queue.name == name and queue.placement is not None:
+                return queue.placement
+        return self.policy.placement
+
+    def _class(self, name: str) -> PriorityClass | None:
+        return next((c for c in self.priority_classes if c.name == name), None)

@@ -1,0 +1,171 @@
+"""The extension points of the scheduling cycle, and the values they exchange.
+
+A cycle runs these phases, each a list of plugins from the active :class:`Profile`:
+
+1. ``QueueSort``: the order in which pending jobs are tried.
+2. ``Filter``: can this node host one node's share of the job, now (free) and ever
+   (capacity)? Answers ``None`` (yes), :class:`Unschedulable` or :class:`Unresolvable`.
+3. ``Score``: how good a feasible node is for the job (0..100, weighted).
+4. ``NodeSetSelect``: choose the job's nodes from the scored candidates (gang, topology).
+5. ``DeviceSelect``: choose device indices on each chosen node for each task.
+6. ``PostFilter``: for a job that could not be placed (preemption, backfill): may return
+   nominations and reservations; runs only when the profile has such plugins.
+
+Plugins are small classes with a ``name``; they do no I/O and read no clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from corral.core.job import Job, JobSpec, PlacementPolicy
+from corral.core.resources import GpuKind, GpuRequest
+
+if TYPE_CHECKING:
+    from corral.scheduling.snapshot import NodeView, Snapshot
+
+
+@dataclass(frozen=True)
+class Unschedulable:
+    """Does not fit now; freeing resources (completion, preemption) may help."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class Unresolvable:
+    """Will not fit this node whatever else happens (labels, model, capacity)."""
+
+    reason: str
+
+
+Status = Unschedulable | Unresolvable | None
+
+
+@dataclass(frozen=True)
+class NodeRequest:
+    """What one node of a job must provide, derived once per job per cycle."""
+
+    tasks: int
+    gpus: GpuRequest
+    gpus_per_task: int
+    model: str | None
+    gpu_memory: int | None
+    cpus: float
+    memory: int
+    selector: tuple[tuple[str, str], ...]
+    placement: PlacementPolicy
+
+    @classmethod
+    def of(cls, spec: JobSpec, default_placement: PlacementPolicy) -> NodeRequest:
+        return cls(
+            tasks=spec.tasks_per_node,
+            gpus=spec.gpus,
+            gpus_per_task=spec.gpus_per_task,
+            model=spec.model_pattern,
+            gpu_memory=spec.gpu_memory,
+            cpus=spec.cpus or 0.0,
+            memory=spec.memory or 0,
+            selector=spec.node_selector,
+            placement=spec.placement or default_placement,
+        )
+
+    @property
+    def whole_gpus(self) -> int:
+        return self.gpus.count if self.gpus.kind is GpuKind.WHOLE else 0
+
+    def describe(self) -> str:
+        """``'8 GPUs (H100*), 32 CPUs'`` for reasons."""
+        parts = []
+        if self.gpus.kind is not GpuKind.NONE:
+            noun = "GPU" if self.gpus.kind is GpuKind.WHOLE and self.gpus.count == 1 else "GPUs"
+            if self.gpus.kind is GpuKind.WHOLE:
+                text = f"{self.gpus.count} {noun}"
+            elif self.gpus.kind is GpuKind.FRACTION:
+                text = f"{self.gpus.milli / 1000:g} GPU"
+            else:
+                text = f"a {self.gpus.mig_profile} MIG instance"
+            if self.model:
+                text += f" ({self.model})"
+            parts.append(text)
+        if self.cpus:
+            parts.append(f"{self.cpus:g} CPUs")
+        if self.memory:
+            parts.append(f"{self.memory / 1e9:g}GB memory")
+        return ", ".join(parts) or "no resources"
+
+
+@dataclass(frozen=True)
+class ScoredNode:
+    node: NodeView
+    score: float
+
+
+@runtime_checkable
+class QueueSort(Protocol):
+    name: str
+
+    def sort_key(self, job: Job) -> tuple: ...
+
+
+@runtime_checkable
+class Filter(Protocol):
+    name: str
+
+    def filter(self, request: NodeRequest, node: NodeView) -> Status: ...
+
+
+@runtime_checkable
+class Score(Protocol):
+    name: str
+    weight: float
+
+    def score(self, request: NodeRequest, node: NodeView) -> float: ...
+
+
+@runtime_checkable
+class NodeSetSelect(Protocol):
+    name: str
+
+    def select(
+        self, job: Job, request: NodeRequest, candidates: Sequence[ScoredNode]
+    ) -> list[NodeView] | Unschedulable | Unresolvable: ...
+
+
+@runtime_checkable
+class DeviceSelect(Protocol):
+    name: str
+
+    def select(self, request: NodeRequest, node: NodeView) -> list[tuple[int, ...]] | None: ...
+
+
+@dataclass(frozen=True)
+class PostFilterResult:
+    """What a post-filter proposes for a job that could not be placed."""
+
+    preempt: tuple[int, ...] = ()  # job ids to preempt for this job
+    reason: str | None = None  # replaces the pending reason when set
+    allow_others: bool = False  # lower jobs may still be placed this cycle (backfill)
+
+
+@runtime_checkable
+class PostFilter(Protocol):
+    name: str
+
+    def post_filter(
+        self, job: Job, request: NodeRequest, snapshot: Snapshot
+    ) -> PostFilterResult: ...
+
+
+@dataclass(frozen=True)
+class Profile:
+    """The plugins one cycle runs, phase by phase."""
+
+    queue_sort: QueueSort
+    filters: tuple[Filter, ...]
+    scores: tuple[Score, ...]
+    node_set: NodeSetSelect
+    devices: DeviceSelect
+    post_filters: tuple[PostFilter, ...] = field(default=())

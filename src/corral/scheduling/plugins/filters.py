@@ -1,0 +1,99 @@
+"""Built-in filters: node state, labels, GPU model, and resource fit.
+
+Each answers whether one node can host one node's share of a job (``NodeRequest``).
+Pure helpers (``fits_capacity``, ``fits_free``) are tested on their own.
+"""
+
+from __future__ import annotations
+
+from corral.core.resources import GpuKind
+from corral.scheduling.framework import NodeRequest, Status, Unresolvable, Unschedulable
+from corral.scheduling.snapshot import NodeView
+
+
+class NodeStateFilter:
+    """Only ready nodes take new work (draining and lost nodes do not)."""
+
+    name = "node-state"
+
+    def filter(self, request: NodeRequest, node: NodeView) -> Status:
+        if node.node.state.schedulable:
+            return None
+        return Unschedulable(f"node {node.node.state.value}")
+
+
+class NodeSelectorFilter:
+    """Every ``node_selector`` label must match the node's labels."""
+
+    name = "node-selector"
+
+    def filter(self, request: NodeRequest, node: NodeView) -> Status:
+        labels = node.node.label_map
+        for key, value in request.selector:
+            if labels.get(key) != value:
+                return Unresolvable(f"label {key}={value} does not match")
+        return None
+
+
+def fits_capacity(request: NodeRequest, node: NodeView) -> str | None:
+    """Why the node could never host the request, or None if it could when empty."""
+    spec = node.node
+    if request.gpus.kind is GpuKind.WHOLE:
+        have = node.matching(request.model)
+        if have < request.gpus.count:
+            model = f" {request.model}" if request.model else ""
+            return f"has {have}{model} GPUs, needs {request.gpus.count}"
+    elif request.gpus.kind is GpuKind.FRACTION:
+        if node.matching(request.model) == 0:
+            return "has no matching GPU to share"
+        if request.gpu_memory and not any(
+            d.memory >= request.gpu_memory for d in spec.devices if not d.mig
+        ):
+            return "has no GPU with enough memory for the share"
+    elif request.gpus.kind is GpuKind.MIG and not any(
+        request.gpus.mig_profile in d.mig for d in spec.devices
+    ):
+        return f"declares no {request.gpus.mig_profile} MIG instance"
+    if request.cpus > spec.cpus:
+        return f"has {spec.cpus:g} CPUs, needs {request.cpus:g}"
+    if request.memory > spec.memory:
+        return f"has {spec.memory / 1e9:g}GB memory, needs {request.memory / 1e9:g}GB"
+    return None
+
+
+def fits_free(request: NodeRequest, node: NodeView) -> str | None:
+    """Why the node cannot host the request now, or None if it can."""
+    if request.gpus.kind is GpuKind.WHOLE:
+        free = len(node.free_whole(request.model))
+        if free < request.gpus.count:
+            return f"{free} of {request.gpus.count} GPUs free"
+    elif request.gpus.kind is GpuKind.FRACTION and not _fraction_slot(request, node):
+        return f"no GPU with {request.gpus.milli / 1000:g} free"
+    if request.cpus > node.free_cpus + 1e-9:
+        return f"{node.free_cpus:g} of {request.cpus:g} CPUs free"
+    if request.memory > node.free_memory:
+        return f"{node.free_memory / 1e9:g}GB of {request.memory / 1e9:g}GB memory free"
+    return None
+
+
+def _fraction_slot(request: NodeRequest, node: NodeView) -> bool:
+    return any(
+        True
+        for pos, device in enumerate(node.node.devices)
+        if not device.mig
+        and node.used_milli[pos] + request.gpus.milli <= 1000
+        and (node.used_milli[pos] == 0 or node.shared[pos])
+    )
+
+
+class ResourceFitFilter:
+    """Enough GPUs of the right model, CPUs and memory: ever, and now."""
+
+    name = "resource-fit"
+
+    def filter(self, request: NodeRequest, node: NodeView) -> Status:
+        never = fits_capacity(request, node)
+        if never:
+            return Unresolvable(never)
+        busy = fits_free(request, node)
+        return Unschedulable(busy) if busy else None

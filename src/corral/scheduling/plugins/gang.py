@@ -1,0 +1,24 @@
+"""Built-in gang node-set selection: the best-scored nodes, all or nothing."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from corral.core.job import Job
+from corral.scheduling.framework import NodeRequest, ScoredNode, Unschedulable
+from corral.scheduling.snapshot import NodeView
+
+
+class TopScoredNodes:
+    """The ``nodes`` highest-scored candidates (ties by name), or Unschedulable."""
+
+    name = "top-scored"
+
+    def select(
+        self, job: Job, request: NodeRequest, candidates: Sequence[ScoredNode]
+    ) -> list[NodeView] | Unschedulable:
+        want = job.spec.nodes
+        if len(candidates) < want:
+            return Unschedulable(f"{len(candidates)} of {want} nodes can host it now")
+        ranked = sorted(candidates, key=lambda c: (-c.score, c.node.name))
+        return [c.node for c in ranked[:want]]

@@ -1,0 +1,98 @@
+"""The scheduler's working copy of the cluster: free resources per node.
+
+Built once per cycle from nodes and the allocations that hold resources. ``assume`` and
+``release`` apply a trial change and return a function that undoes it, so preemption and
+backfill searches explore "what if" without copying the cluster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+
+from corral.core.allocation import Allocation
+from corral.core.node import Node
+from corral.core.resources import MILLI, model_matches
+
+
+class NodeView:
+    """Free capacity of one node. ``used_milli[i]`` is the share of ``devices[i]`` in use."""
+
+    __slots__ = ("node", "free_cpus", "free_memory", "used_milli", "shared", "_position")
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        self.free_cpus = node.cpus
+        self.free_memory = node.memory
+        self.used_milli = [0] * len(node.devices)
+        self.shared = [False] * len(node.devices)  # holds fractional shares
+        self._position = {d.index: i for i, d in enumerate(node.devices)}
+
+    @property
+    def name(self) -> str:
+        return self.node.name
+
+    def position(self, device_index: int) -> int:
+        return self._position[device_index]
+
+    def free_whole(self, model: str | None = None) -> list[int]:
+        """Indices of devices with nothing on them whose model matches."""
+        return [
+            d.index
+            for d, used in zip(self.node.devices, self.used_milli, strict=True)
+            if used == 0 and not d.mig and model_matches(d.model, model)
+        ]
+
+    def matching(self, model: str | None = None) -> int:
+        """Number of devices (busy or not) whose model matches: the node's capacity."""
+        return sum(1 for d in self.node.devices if not d.mig and model_matches(d.model, model))
+
+    @property
+    def used_gpus(self) -> float:
+        return sum(self.used_milli) / MILLI
+
+    def _apply(self, alloc: Allocation, sign: int) -> None:
+        for task in alloc.tasks:
+            if task.node != self.node.name:
+                continue
+            self.free_cpus -= sign * task.cpus
+            self.free_memory -= sign * task.memory
+            for index in task.gpus:
+                pos = self._position.get(index)
+                if pos is None:
+                    continue
+                self.used_milli[pos] += sign * task.gpu_milli
+                if task.gpu_milli < MILLI:
+                    self.shared[pos] = self.used_milli[pos] > 0
+
+
+class Snapshot:
+    """Nodes by name with their free capacity; allocations may be assumed and undone."""
+
+    def __init__(self, nodes: Iterable[Node]) -> None:
+        self.nodes: dict[str, NodeView] = {n.name: NodeView(n) for n in nodes}
+
+    @classmethod
+    def build(cls, nodes: Iterable[Node], allocations: Iterable[Allocation]) -> Snapshot:
+        snapshot = cls(nodes)
+        for alloc in allocations:
+            snapshot.assume(alloc)
+        return snapshot
+
+    def views(self) -> Sequence[NodeView]:
+        return list(self.nodes.values())
+
+    def assume(self, alloc: Allocation) -> Callable[[], None]:
+        """Take ``alloc``'s resources; returns the undo."""
+        self._apply(alloc, +1)
+        return lambda: self._apply(alloc, -1)
+
+    def release(self, alloc: Allocation) -> Callable[[], None]:
+        """Give back ``alloc``'s resources (what if it were preempted); returns the undo."""
+        self._apply(alloc, -1)
+        return lambda: self._apply(alloc, +1)
+
+    def _apply(self, alloc: Allocation, sign: int) -> None:
+        for name in alloc.nodes:
+            view = self.nodes.get(name)
+            if view is not None:
+                view._apply(alloc, sign)

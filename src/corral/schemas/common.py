@@ -1,0 +1,51 @@
+"""Shared pieces of the wire and file schemas."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict
+from pydantic import ValidationError as PydanticValidationError
+
+from corral.core.units import parse_duration, parse_size
+from corral.errors import ValidationError
+
+
+class Strict(BaseModel):
+    """Base for every schema: unknown keys are errors (a typo in YAML must not pass)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+def _duration(value: object) -> object:
+    return value if value is None else parse_duration(value)  # type: ignore[arg-type]
+
+
+def _size(value: object) -> object:
+    return value if value is None else parse_size(value)  # type: ignore[arg-type]
+
+
+Duration = Annotated[float, BeforeValidator(_duration)]
+Size = Annotated[int, BeforeValidator(_size)]
+
+
+def describe_errors(exc: PydanticValidationError, what: str = "") -> str:
+    """One line per problem, each naming the field: ``resources.gpus: ...``."""
+    lines = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"] if p not in ("function-after",)) or what
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown field"
+        lines.append(f"{loc}: {msg}")
+    return "; ".join(lines)
+
+
+def validate(model: type[BaseModel], data: object, what: str):  # noqa: ANN201
+    """``model.model_validate(data)``, re-raised as Corral's ``ValidationError``."""
+    if not isinstance(data, dict):
+        raise ValidationError(f"{what}: expected a mapping, got {type(data).__name__}")
+    try:
+        return model.model_validate(data)
+    except PydanticValidationError as exc:
+        raise ValidationError(f"{what}: {describe_errors(exc, what)}") from None

@@ -1,0 +1,106 @@
+"""The scheduler configuration file (SPEC section 6), validated into ``SchedulerConfig``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+from pydantic import Field, model_validator
+
+from corral.core.job import PlacementPolicy
+from corral.errors import ValidationError
+from corral.scheduling.config import (
+    DEFAULT_PRIORITY_CLASSES,
+    PluginRef,
+    Policy,
+    PriorityClass,
+    QueueConfig,
+    SchedulerConfig,
+)
+from corral.schemas.common import Duration, Strict, validate
+
+
+class QueueModel(Strict):
+    name: str = Field(min_length=1)
+    weight: float = Field(default=1.0, gt=0)
+    quota: dict[str, float] = Field(default_factory=dict)
+    cohort: str | None = None
+    borrowing_limit: dict[str, float] = Field(default_factory=dict)
+    placement: PlacementPolicy | None = None
+
+
+class PriorityClassModel(Strict):
+    value: int
+    preemptible: bool = True
+
+
+class PolicyModel(Strict):
+    placement: PlacementPolicy = PlacementPolicy.BINPACK
+    backfill: bool = False
+    preemption: bool = False
+    fair_share_half_life: Duration = 7 * 86400.0
+    interval: Duration = 10.0
+
+
+class PluginModel(Strict):
+    name: str
+    weight: float = 1.0
+    args: dict[str, Any] = Field(default_factory=dict)
+
+
+class SchedulerConfigModel(Strict):
+    queues: list[QueueModel] = Field(default_factory=list)
+    priority_classes: dict[str, PriorityClassModel] | None = None
+    policy: PolicyModel = Field(default_factory=PolicyModel)
+    plugins: list[PluginModel] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _unique(self) -> SchedulerConfigModel:
+        names = [q.name for q in self.queues]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"queues: duplicate queue names {dupes}")
+        if self.policy.interval <= 0:
+            raise ValueError("policy.interval: must be positive")
+        return self
+
+    def to_config(self) -> SchedulerConfig:
+        queues = tuple(
+            QueueConfig(
+                name=q.name,
+                weight=q.weight,
+                quota=tuple(sorted(q.quota.items())),
+                cohort=q.cohort,
+                borrowing_limit=tuple(sorted(q.borrowing_limit.items())),
+                placement=q.placement,
+            )
+            for q in self.queues
+        ) or (QueueConfig("default"),)
+        classes = (
+            tuple(
+                PriorityClass(name, c.value, c.preemptible)
+                for name, c in self.priority_classes.items()
+            )
+            if self.priority_classes is not None
+            else DEFAULT_PRIORITY_CLASSES
+        )
+        p = self.policy
+        return SchedulerConfig(
+            queues=queues,
+            priority_classes=classes,
+            policy=Policy(
+                p.placement, p.backfill, p.preemption, p.fair_share_half_life, p.interval
+            ),
+            plugins=tuple(PluginRef(x.name, x.weight, tuple(x.args.items())) for x in self.plugins),
+        )
+
+
+def load_config(text: str | None, source: str = "scheduler config") -> SchedulerConfig:
+    """Parse the YAML text of a scheduler configuration (None or empty: the defaults)."""
+    if not text or not text.strip():
+        return SchedulerConfig()
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ValidationError(f"{source}: not valid YAML: {exc}") from None
+    return validate(SchedulerConfigModel, data or {}, source).to_config()

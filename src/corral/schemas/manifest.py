@@ -1,0 +1,144 @@
+"""The job manifest (SPEC section 2): YAML file, CLI flags and REST body alike.
+
+``JobManifest`` validates (unknown keys and bad values are errors naming the field) and
+converts to the core ``JobSpec`` with :meth:`JobManifest.to_spec`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+from pydantic import Field, field_validator, model_validator
+
+from corral.core.job import JobSpec, PlacementPolicy, Topology, TopologyLevel, TopologyMode
+from corral.core.resources import GpuKind, parse_gpus
+from corral.errors import ValidationError
+from corral.schemas.common import Duration, Size, Strict, validate
+
+
+class Resources(Strict):
+    gpus: int | float | str = 0
+    gpu_model: str | None = None
+    gpu_memory: Size | None = None
+    cpus: float | None = Field(default=None, ge=0)
+    memory: Size | None = None
+    tpu: str | None = None
+
+    @field_validator("gpus")
+    @classmethod
+    def _gpus(cls, value: int | float | str) -> int | float | str:
+        parse_gpus(value)
+        return value
+
+
+class TopologyModel(Strict):
+    level: TopologyLevel = TopologyLevel.ANY
+    mode: TopologyMode = TopologyMode.PREFERRED
+
+
+class JobManifest(Strict):
+    name: str | None = Field(default=None, max_length=253)
+    queue: str = Field(default="default", min_length=1, max_length=253)
+    priority: int | str | None = None
+    nodes: int = Field(default=1, ge=1, le=100_000)
+    tasks_per_node: int = Field(default=1, ge=1, le=1024)
+    resources: Resources = Field(default_factory=Resources)
+    topology: TopologyModel | None = None
+    placement: PlacementPolicy | None = None
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    time_limit: Duration | None = None
+    runtime_estimate: Duration | None = None
+    preemptible: bool | None = None
+    grace_period: Duration = 30.0
+    requeue: bool = True
+    command: list[str] | str
+    env: dict[str, str] = Field(default_factory=dict)
+    workdir: str | None = None
+
+    @field_validator("command")
+    @classmethod
+    def _command(cls, value: list[str] | str) -> list[str] | str:
+        if (isinstance(value, str) and not value.strip()) or (
+            isinstance(value, list) and not value
+        ):
+            raise ValueError("must not be empty")
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            if not key or "=" in key or "\0" in key:
+                raise ValueError(f"invalid variable name {key!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> JobManifest:
+        gpus = parse_gpus(self.resources.gpus)
+        if self.resources.tpu:
+            raise ValueError(
+                "resources.tpu: TPU slices are not supported yet by this Corral release"
+            )
+        if gpus.kind is GpuKind.MIG:
+            raise ValueError(
+                "resources.gpus: MIG profiles are not supported yet by this Corral release; "
+                "ask for whole GPUs or a fraction such as 0.5"
+            )
+        if gpus.kind is GpuKind.WHOLE and gpus.count % self.tasks_per_node:
+            raise ValueError(
+                f"resources.gpus: {gpus.count} GPUs per node cannot be split evenly among "
+                f"tasks_per_node={self.tasks_per_node} tasks"
+            )
+        if gpus.kind is GpuKind.FRACTION and self.tasks_per_node != 1:
+            raise ValueError("resources.gpus: a fractional GPU needs tasks_per_node: 1")
+        if self.resources.gpu_memory and gpus.kind is not GpuKind.FRACTION:
+            raise ValueError(
+                "resources.gpu_memory: only applies to a fractional GPU (0 < gpus < 1)"
+            )
+        if self.time_limit is not None and self.time_limit <= 0:
+            raise ValueError("time_limit: must be positive")
+        if isinstance(self.priority, str) and not self.priority.strip():
+            raise ValueError("priority: must not be empty")
+        return self
+
+    def to_spec(self) -> JobSpec:
+        res = self.resources
+        return JobSpec(
+            command=tuple(self.command) if isinstance(self.command, list) else self.command,
+            name=self.name,
+            queue=self.queue,
+            priority=self.priority,
+            nodes=self.nodes,
+            tasks_per_node=self.tasks_per_node,
+            gpus=parse_gpus(res.gpus),
+            gpu_model=res.gpu_model,
+            gpu_memory=res.gpu_memory,
+            cpus=res.cpus,
+            memory=res.memory,
+            tpu=res.tpu,
+            topology=Topology(self.topology.level, self.topology.mode) if self.topology else None,
+            placement=self.placement,
+            node_selector=tuple(sorted(self.node_selector.items())),
+            time_limit=self.time_limit,
+            runtime_estimate=self.runtime_estimate,
+            preemptible=self.preemptible,
+            grace_period=self.grace_period,
+            requeue=self.requeue,
+            env=tuple(sorted(self.env.items())),
+            workdir=self.workdir,
+        )
+
+
+def parse_manifest(data: Any) -> JobManifest:
+    """Validate a manifest mapping; ``ValidationError`` naming each bad field."""
+    return validate(JobManifest, data, "manifest")
+
+
+def load_manifest(text: str, source: str = "manifest") -> JobManifest:
+    """Parse manifest YAML (or JSON) text."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ValidationError(f"{source}: not valid YAML: {exc}") from None
+    return validate(JobManifest, data, source)

@@ -1,0 +1,84 @@
+"""The FastAPI application and the server process."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import uvicorn
+from fastapi import FastAPI
+
+import corral
+from corral.scheduling.registry import build_profile
+from corral.schemas.config import load_config
+from corral.server.context import Context, ServerSettings
+from corral.server.db.engine import make_engine, migrate, session_factory
+from corral.server.errors import install_error_handlers
+from corral.server.loop import ControlLoop
+from corral.server.routers import agent, cluster, jobs
+from corral.server.services.auth import TokenService
+
+API_PREFIX = "/api/v1"
+log = logging.getLogger("corral.server")
+
+
+def build_context(settings: ServerSettings) -> Context:
+    """Open (and migrate) the database, load the configuration, bootstrap tokens."""
+    text = settings.config_path.read_text() if settings.config_path else None
+    config = load_config(text, str(settings.config_path or "scheduler config"))
+    engine = make_engine(settings.db_url)
+    migrate(engine)
+    ctx = Context(
+        sessions=session_factory(engine),
+        config=config,
+        profile=build_profile(config),
+        settings=settings,
+    )
+    TokenService(ctx).bootstrap()
+    return ctx
+
+
+def create_app(ctx: Context, run_loop: bool = True) -> FastAPI:
+    """The API over ``ctx``; with ``run_loop`` the control loop runs during the lifespan."""
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        loop = ControlLoop(ctx) if run_loop else None
+        if loop:
+            loop.start()
+        try:
+            yield
+        finally:
+            if loop:
+                loop.stop()
+
+    app = FastAPI(
+        title="Corral",
+        version=corral.__version__,
+        description="Workload manager for GPU and TPU clusters.",
+        lifespan=lifespan,
+        openapi_url=f"{API_PREFIX}/openapi.json",
+        docs_url=f"{API_PREFIX}/docs",
+    )
+    app.state.ctx = ctx
+    install_error_handlers(app)
+    for module in (jobs, cluster, agent):
+        app.include_router(module.router, prefix=API_PREFIX)
+    return app
+
+
+def serve(settings: ServerSettings) -> None:
+    """Run the control plane in the foreground until SIGINT or SIGTERM."""
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    ctx = build_context(settings)
+    policy = ctx.config.policy
+    if policy.backfill or policy.preemption:
+        log.warning(
+            "policy.backfill and policy.preemption are not implemented in this release; "
+            "jobs start in strict priority order"
+        )
+    app = create_app(ctx)
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning")

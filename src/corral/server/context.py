@@ -1,0 +1,41 @@
+"""What every service needs: sessions, configuration, profile, clock and settings."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from corral.scheduling.config import SchedulerConfig
+from corral.scheduling.framework import Profile
+
+
+@dataclass
+class ServerSettings:
+    db_url: str
+    home: Path
+    host: str = "127.0.0.1"
+    port: int = 7733
+    config_path: Path | None = None
+    node_timeout: float = 30.0  # seconds without a sync before a node is lost
+    sync_interval: float = 2.0  # how often agents sync
+    log_chunk_limit: int = 1 << 20  # bytes per log response
+
+
+@dataclass
+class Context:
+    sessions: sessionmaker[Session]
+    config: SchedulerConfig
+    profile: Profile
+    settings: ServerSettings
+    clock: Callable[[], float] = time.time
+    started_at: float = field(default_factory=time.time)
+    wake_event: threading.Event = field(default_factory=threading.Event)
+
+    def wake(self) -> None:
+        """Ask the control loop for a scheduling cycle soon."""
+        self.wake_event.set()

@@ -1,0 +1,63 @@
+"""Database engine, sessions and migrations.
+
+``sqlite:///path`` (the default) and ``postgresql://...`` URLs are accepted; the schema is
+always created and upgraded by Alembic (``migrations/``), never by ``create_all``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.orm import Session, sessionmaker
+
+MIGRATIONS = Path(__file__).with_name("migrations")
+
+
+def normalize_url(url: str) -> str:
+    """Accept ``postgresql://`` as psycopg 3 and ``sqlite:///~/x.db`` with ``~``."""
+    if url.startswith("postgresql://") or url.startswith("postgres://"):
+        return "postgresql+psycopg://" + url.split("://", 1)[1]
+    if url.startswith("sqlite:///"):
+        path = url.removeprefix("sqlite:///")
+        if path.startswith("~"):
+            return "sqlite:///" + str(Path(path).expanduser())
+    return url
+
+
+def make_engine(url: str) -> Engine:
+    url = normalize_url(url)
+    if url.startswith("sqlite"):
+        path = url.removeprefix("sqlite:///")
+        if path and path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(
+            url, connect_args={"check_same_thread": False, "timeout": 30}, pool_size=8
+        )
+
+        @event.listens_for(engine, "connect")
+        def _pragmas(dbapi_conn, _record) -> None:  # noqa: ANN001
+            cursor = dbapi_conn.cursor()
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA synchronous=NORMAL")
+            cursor.execute("PRAGMA foreign_keys=ON")
+            cursor.execute("PRAGMA busy_timeout=30000")
+            cursor.close()
+
+        return engine
+    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+
+
+def migrate(engine: Engine) -> None:
+    """Upgrade the database to the newest schema (idempotent)."""
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.upgrade(config, "head")
+
+
+def session_factory(engine: Engine) -> sessionmaker[Session]:
+    return sessionmaker(engine, expire_on_commit=False)

@@ -1,0 +1,134 @@
+"""SQLAlchemy ORM: the control plane's persistent state.
+
+Every schema change comes with an Alembic migration in ``migrations/versions``.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    String,
+    Text,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class JobRow(Base):
+    __tablename__ = "jobs"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str | None] = mapped_column(String(253))
+    user: Mapped[str] = mapped_column(String(128))
+    queue: Mapped[str] = mapped_column(String(253), index=True)
+    state: Mapped[str] = mapped_column(String(16), index=True)
+    priority: Mapped[int] = mapped_column(Integer)
+    priority_class: Mapped[str | None] = mapped_column(String(64))
+    preemptible: Mapped[bool] = mapped_column(Boolean)
+    manifest: Mapped[dict] = mapped_column(JSON)
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+    submitted_at: Mapped[float] = mapped_column(Float)
+    started_at: Mapped[float | None] = mapped_column(Float)
+    ended_at: Mapped[float | None] = mapped_column(Float)
+    reason: Mapped[str | None] = mapped_column(Text)
+    position: Mapped[int | None] = mapped_column(Integer)
+    exit_code: Mapped[int | None] = mapped_column(Integer)
+    master_port: Mapped[int | None] = mapped_column(Integer)
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
+class TaskRow(Base):
+    """One task of one attempt. While ``released`` is false it holds its devices."""
+
+    __tablename__ = "tasks"
+    __table_args__ = (
+        Index("ix_tasks_job_attempt", "job_id", "attempt"),
+        Index("ix_tasks_node_released", "node", "released"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"))
+    attempt: Mapped[int] = mapped_column(Integer)
+    rank: Mapped[int] = mapped_column(Integer)
+    node: Mapped[str] = mapped_column(String(253))
+    node_rank: Mapped[int] = mapped_column(Integer)
+    local_rank: Mapped[int] = mapped_column(Integer)
+    gpus: Mapped[list] = mapped_column(JSON)
+    gpu_milli: Mapped[int] = mapped_column(Integer, default=1000)
+    cpus: Mapped[float] = mapped_column(Float, default=0.0)
+    memory: Mapped[int] = mapped_column(BigInteger, default=0)
+    state: Mapped[str] = mapped_column(String(16))  # assigned|running|terminating|exited|lost
+    pid: Mapped[int | None] = mapped_column(Integer)
+    exit_code: Mapped[int | None] = mapped_column(Integer)
+    started_at: Mapped[float | None] = mapped_column(Float)
+    ended_at: Mapped[float | None] = mapped_column(Float)
+    released: Mapped[bool] = mapped_column(Boolean, default=False)
+    log_size: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+class LogChunkRow(Base):
+    __tablename__ = "log_chunks"
+    __table_args__ = (Index("ix_log_chunks_task", "job_id", "attempt", "rank", "offset"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"))
+    attempt: Mapped[int] = mapped_column(Integer)
+    rank: Mapped[int] = mapped_column(Integer)
+    offset: Mapped[int] = mapped_column(BigInteger)
+    data: Mapped[bytes] = mapped_column(LargeBinary)
+
+
+class EventRow(Base):
+    """A state transition of a job or a node, with its reason."""
+
+    __tablename__ = "events"
+    __table_args__ = (Index("ix_events_entity", "entity", "entity_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    entity: Mapped[str] = mapped_column(String(8))  # job | node
+    entity_id: Mapped[str] = mapped_column(String(253))
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+    at: Mapped[float] = mapped_column(Float)
+    from_state: Mapped[str] = mapped_column(String(16))
+    to_state: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str] = mapped_column(Text)
+
+
+class NodeRow(Base):
+    __tablename__ = "nodes"
+
+    name: Mapped[str] = mapped_column(String(253), primary_key=True)
+    state: Mapped[str] = mapped_column(String(16))
+    agent_id: Mapped[str] = mapped_column(String(64))
+    address: Mapped[str] = mapped_column(String(253))
+    devices: Mapped[list] = mapped_column(JSON)
+    cpus: Mapped[float] = mapped_column(Float)
+    memory: Mapped[int] = mapped_column(BigInteger)
+    network: Mapped[list] = mapped_column(JSON)
+    labels: Mapped[dict] = mapped_column(JSON)
+    free_ports: Mapped[list] = mapped_column(JSON, default=list)
+    registered_at: Mapped[float] = mapped_column(Float)
+    last_heartbeat: Mapped[float] = mapped_column(Float)
+    reason: Mapped[str | None] = mapped_column(Text)
+
+
+class TokenRow(Base):
+    __tablename__ = "tokens"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    user: Mapped[str] = mapped_column(String(128))
+    role: Mapped[str] = mapped_column(String(16))  # admin | user | join | node
+    node: Mapped[str | None] = mapped_column(String(253))
+    secret_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[float] = mapped_column(Float)
+    revoked_at: Mapped[float | None] = mapped_column(Float)

@@ -1,0 +1,37 @@
+"""Map Corral's errors (and request validation) to JSON HTTP responses, in one place."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+from corral.errors import CorralError, ValidationError
+
+
+def _body(code: str, message: str) -> dict[str, str]:
+    return {"code": code, "message": message}
+
+
+def describe_request_errors(exc: RequestValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        loc = [str(p) for p in err.get("loc", ()) if p not in ("body", "query", "path")]
+        msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+        if err.get("type") == "extra_forbidden":
+            msg = "unknown field"
+        parts.append(f"{'.'.join(loc) or 'body'}: {msg}")
+    return "; ".join(parts)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(CorralError)
+    async def _corral(_request: Request, exc: CorralError) -> JSONResponse:
+        return JSONResponse(_body(exc.code, exc.message), status_code=exc.status_code)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        return JSONResponse(
+            _body(ValidationError.code, describe_request_errors(exc)),
+            status_code=ValidationError.status_code,
+        )

@@ -1,0 +1,62 @@
+"""The control loop: node liveness, time limits, and scheduling cycles.
+
+One background thread. A cycle runs when something woke it (a submission, a task exit, a
+node change) and at least every ``policy.interval``; liveness runs every second.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from corral.server.context import Context
+from corral.server.services.nodes import NodeService
+from corral.server.services.scheduler import enforce_time_limits, run_cycle
+
+log = logging.getLogger("corral.server")
+HOUSEKEEPING_PERIOD = 1.0
+MIN_CYCLE_GAP = 0.05
+
+
+class ControlLoop:
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.nodes = NodeService(ctx)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="corral-control", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.ctx.wake()
+        self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        interval = self.ctx.config.policy.interval
+        last_cycle = 0.0
+        last_housekeeping = 0.0
+        while not self._stop.is_set():
+            woke = self.ctx.wake_event.wait(timeout=min(interval, HOUSEKEEPING_PERIOD))
+            if self._stop.is_set():
+                break
+            self.ctx.wake_event.clear()
+            now = self.ctx.clock()
+            try:
+                if now - last_housekeeping >= HOUSEKEEPING_PERIOD:
+                    last_housekeeping = now
+                    for name in self.nodes.check_liveness():
+                        log.warning("node %s lost", name)
+                    if enforce_time_limits(self.ctx):
+                        woke = True
+                if woke or now - last_cycle >= interval:
+                    last_cycle = now
+                    result = run_cycle(self.ctx)
+                    if result.placed:
+                        log.info(
+                            "cycle placed %d job(s), %d pending", result.placed, result.pending
+                        )
+            except Exception:  # a bad cycle must not kill the loop
+                log.exception("control loop iteration failed")
+            self._stop.wait(MIN_CYCLE_GAP)

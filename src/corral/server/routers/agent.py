@@ -1,0 +1,35 @@
+"""The agent protocol: register with the join token, then sync with the node token."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends
+
+from corral.errors import PermissionDeniedError
+from corral.schemas.agent import RegisterRequest, RegisterResponse, SyncRequest, SyncResponse
+from corral.server.context import Context
+from corral.server.db.models import TokenRow
+from corral.server.deps import context, joiner, node_agent
+from corral.server.services.auth import TokenService
+from corral.server.services.nodes import NodeService
+
+router = APIRouter(prefix="/agent", tags=["agent"])
+
+
+@router.post("/register", response_model=RegisterResponse)
+def register(
+    body: RegisterRequest, ctx: Context = Depends(context), _: TokenRow = Depends(joiner)
+) -> RegisterResponse:
+    NodeService(ctx).register(body)
+    _, secret = TokenService(ctx).create(f"node:{body.name}", "node", node=body.name)
+    return RegisterResponse(
+        node=body.name, node_token=secret, sync_interval=ctx.settings.sync_interval
+    )
+
+
+@router.post("/sync", response_model=SyncResponse)
+def sync(
+    body: SyncRequest, ctx: Context = Depends(context), token: TokenRow = Depends(node_agent)
+) -> SyncResponse:
+    if token.node != body.node:
+        raise PermissionDeniedError(f"this node token belongs to {token.node}, not {body.node}")
+    return NodeService(ctx).sync(body)

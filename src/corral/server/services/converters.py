@@ -1,0 +1,204 @@
+"""Explicit converters between ORM rows, core dataclasses and API schemas."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+
+from corral.core.allocation import Allocation, TaskAllocation
+from corral.core.job import Job, JobState
+from corral.core.node import Device, Node, NodeState
+from corral.schemas.api import AttemptOut, DeviceOut, EventOut, JobOut, NodeOut, TaskOut
+from corral.schemas.manifest import JobManifest
+from corral.server.db.models import EventRow, JobRow, NodeRow, TaskRow
+
+
+def manifest_of(row: JobRow) -> JobManifest:
+    return JobManifest.model_validate(row.manifest)
+
+
+def job_of(row: JobRow) -> Job:
+    return Job(
+        id=row.id,
+        spec=manifest_of(row).to_spec(),
+        state=JobState(row.state),
+        priority=row.priority,
+        preemptible=row.preemptible,
+        submitted_at=row.submitted_at,
+        attempt=row.attempt,
+    )
+
+
+def node_of(row: NodeRow) -> Node:
+    return Node(
+        name=row.name,
+        devices=tuple(
+            Device(
+                index=d["index"],
+                model=d["model"],
+                memory=d["memory"],
+                nvlink_domain=d.get("nvlink_domain", 0),
+                uuid=d.get("uuid"),
+                mig=tuple(d.get("mig", ())),
+            )
+            for d in row.devices
+        ),
+        cpus=row.cpus,
+        memory=row.memory,
+        network=tuple(row.network),
+        labels=tuple(sorted(row.labels.items())),
+        state=NodeState(row.state),
+        address=row.address,
+    )
+
+
+def task_allocation_of(row: TaskRow) -> TaskAllocation:
+    return TaskAllocation(
+        rank=row.rank,
+        node=row.node,
+        node_rank=row.node_rank,
+        local_rank=row.local_rank,
+        gpus=tuple(row.gpus),
+        gpu_milli=row.gpu_milli,
+        cpus=row.cpus,
+        memory=row.memory,
+    )
+
+
+def allocations_of(tasks: Iterable[TaskRow]) -> list[Allocation]:
+    """Group held task rows into per-attempt allocations (rank order)."""
+    groups: dict[tuple[int, int], list[TaskRow]] = defaultdict(list)
+    for task in tasks:
+        groups[(task.job_id, task.attempt)].append(task)
+    return [
+        Allocation(job_id, attempt, tuple(task_allocation_of(t) for t in sorted(rows, key=_rank)))
+        for (job_id, attempt), rows in groups.items()
+    ]
+
+
+def _rank(task: TaskRow) -> int:
+    return task.rank
+
+
+def task_out(row: TaskRow) -> TaskOut:
+    return TaskOut(
+        rank=row.rank,
+        node=row.node,
+        node_rank=row.node_rank,
+        local_rank=row.local_rank,
+        gpus=list(row.gpus),
+        gpu_share=row.gpu_milli / 1000,
+        state=row.state,
+        pid=row.pid,
+        exit_code=row.exit_code,
+        started_at=row.started_at,
+        ended_at=row.ended_at,
+    )
+
+
+def job_out(
+    row: JobRow,
+    tasks: Sequence[TaskRow] = (),
+    events: Sequence[EventRow] = (),
+) -> JobOut:
+    """The API view of a job; ``tasks`` (all attempts) and ``events`` for details."""
+    manifest = row.manifest
+    resources = manifest.get("resources", {})
+    spec = manifest_of(row).to_spec()
+    current = sorted((t for t in tasks if t.attempt == row.attempt), key=_rank)
+    return JobOut(
+        id=row.id,
+        name=row.name,
+        user=row.user,
+        queue=row.queue,
+        state=row.state,
+        priority=row.priority,
+        priority_class=row.priority_class,
+        preemptible=row.preemptible,
+        attempt=row.attempt,
+        nodes=spec.nodes,
+        tasks_per_node=spec.tasks_per_node,
+        gpus=str(resources.get("gpus", 0)),
+        total_gpus=spec.total_gpus,
+        reason=row.reason,
+        position=row.position,
+        submitted_at=row.submitted_at,
+        started_at=row.started_at,
+        ended_at=row.ended_at,
+        exit_code=row.exit_code,
+        manifest=manifest,
+        tasks=[task_out(t) for t in current],
+        attempts=_attempts(tasks, events),
+        events=[
+            EventOut(
+                at=e.at,
+                attempt=e.attempt,
+                from_state=e.from_state,
+                to_state=e.to_state,
+                reason=e.reason,
+            )
+            for e in events
+        ],
+    )
+
+
+def _attempts(tasks: Sequence[TaskRow], events: Sequence[EventRow]) -> list[AttemptOut]:
+    by_attempt: dict[int, list[TaskRow]] = defaultdict(list)
+    for task in tasks:
+        by_attempt[task.attempt].append(task)
+    outcomes: dict[int, str] = {}
+    for event in events:
+        if event.from_state in (JobState.RUNNING, JobState.PREEMPTING):
+            outcomes.setdefault(event.attempt, f"{event.to_state}: {event.reason}")
+    result = []
+    for attempt, rows in sorted(by_attempt.items()):
+        nodes = list(dict.fromkeys(t.node for t in sorted(rows, key=_rank)))
+        starts = [t.started_at for t in rows if t.started_at is not None]
+        ends = [t.ended_at for t in rows if t.ended_at is not None]
+        result.append(
+            AttemptOut(
+                attempt=attempt,
+                nodes=nodes,
+                started_at=min(starts) if starts else None,
+                ended_at=max(ends) if len(ends) == len(rows) and ends else None,
+                outcome=outcomes.get(attempt),
+            )
+        )
+    return result
+
+
+def node_out(row: NodeRow, held: Sequence[TaskRow]) -> NodeOut:
+    used: dict[int, list[int]] = defaultdict(list)
+    share: dict[int, float] = defaultdict(float)
+    for task in held:
+        for index in task.gpus:
+            used[index].append(task.job_id)
+            share[index] += task.gpu_milli / 1000
+    devices = [
+        DeviceOut(
+            index=d["index"],
+            model=d["model"],
+            memory=d["memory"],
+            nvlink_domain=d.get("nvlink_domain", 0),
+            uuid=d.get("uuid"),
+            used_by=sorted(set(used.get(d["index"], []))),
+            share_used=round(min(1.0, share.get(d["index"], 0.0)), 3),
+        )
+        for d in row.devices
+    ]
+    return NodeOut(
+        name=row.name,
+        state=row.state,
+        address=row.address,
+        gpus=len(row.devices),
+        gpus_used=round(sum(d.share_used for d in devices), 3),
+        models=sorted({d["model"] for d in row.devices}),
+        cpus=row.cpus,
+        memory=row.memory,
+        network=list(row.network),
+        labels=dict(row.labels),
+        last_heartbeat=row.last_heartbeat,
+        jobs=sorted({t.job_id for t in held}),
+        devices=devices,
+        reason=row.reason,
+    )

@@ -1,0 +1,192 @@
+"""Jobs: submit, list, show, cancel, preempt and logs."""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from corral.core.job import JobState
+from corral.errors import ConflictError, NotFoundError, UnschedulableError
+from corral.scheduling.feasibility import never_fits
+from corral.schemas.api import JobOut, LogOut
+from corral.schemas.manifest import JobManifest
+from corral.server.context import Context
+from corral.server.db.models import EventRow, JobRow, LogChunkRow, NodeRow, TaskRow
+from corral.server.services.converters import job_out, node_of
+from corral.server.services.transitions import move_job, record_submission
+
+ACTIVE_STATES = (JobState.PENDING.value, JobState.RUNNING.value, JobState.PREEMPTING.value)
+
+
+class JobService:
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+
+    def submit(self, manifest: JobManifest, user: str) -> JobOut:
+        """Validate against the configuration and the cluster, then store as pending.
+
+        A job that can never fit is refused with ``UnschedulableError`` and nothing is stored.
+        """
+        spec = manifest.to_spec()
+        config = self.ctx.config
+        config.queue(spec.queue)
+        priority, preemptible = config.resolve_priority(spec.priority, spec.preemptible)
+        now = self.ctx.clock()
+        with self.ctx.sessions.begin() as session:
+            nodes = [node_of(row) for row in session.scalars(select(NodeRow))]
+            reason = never_fits(spec, nodes, config)
+            if reason:
+                raise UnschedulableError(reason)
+            row = JobRow(
+                name=spec.name,
+                user=user,
+                queue=spec.queue,
+                state=JobState.PENDING.value,
+                priority=priority,
+                priority_class=spec.priority if isinstance(spec.priority, str) else None,
+                preemptible=preemptible,
+                manifest=manifest.model_dump(mode="json", exclude_none=True),
+                attempt=0,
+                submitted_at=now,
+                reason="waiting for the next scheduling cycle",
+                updated_at=now,
+            )
+            session.add(row)
+            session.flush()
+            record_submission(session, row, now)
+            out = job_out(row)
+        self.ctx.wake()
+        return out
+
+    def list(
+        self,
+        include_done: bool = False,
+        queue: str | None = None,
+        state: str | None = None,
+        limit: int = 1000,
+    ) -> list[JobOut]:
+        query = select(JobRow)
+        if state:
+            query = query.where(JobRow.state == state)
+        elif not include_done:
+            query = query.where(JobRow.state.in_(ACTIVE_STATES))
+        if queue:
+            query = query.where(JobRow.queue == queue)
+        query = query.order_by(JobRow.id.desc()).limit(limit)
+        with self.ctx.sessions() as session:
+            rows = list(session.scalars(query))
+            tasks = self._tasks(session, [r.id for r in rows])
+        return [job_out(r, tasks.get(r.id, ())) for r in reversed(rows)]
+
+    def get(self, job_id: int) -> JobOut:
+        with self.ctx.sessions() as session:
+            row = self._row(session, job_id)
+            tasks = self._tasks(session, [job_id]).get(job_id, [])
+            events = list(
+                session.scalars(
+                    select(EventRow)
+                    .where(EventRow.entity == "job", EventRow.entity_id == str(job_id))
+                    .order_by(EventRow.id)
+                )
+            )
+            return job_out(row, tasks, events)
+
+    def cancel(self, job_id: int) -> JobOut:
+        """Cancel; running tasks get SIGTERM, then SIGKILL after the grace period."""
+        now = self.ctx.clock()
+        with self.ctx.sessions.begin() as session:
+            row = self._row(session, job_id)
+            if JobState(row.state).terminal:
+                raise ConflictError(f"job {job_id} already ended ({row.state})")
+            move_job(session, row, JobState.CANCELLED, "cancelled by user", now)
+        self.ctx.wake()
+        return self.get(job_id)
+
+    def preempt(self, job_id: int, reason: str = "preempted by user") -> JobOut:
+        """SIGTERM every task, wait the grace period, requeue (SPEC section 4)."""
+        now = self.ctx.clock()
+        with self.ctx.sessions.begin() as session:
+            row = self._row(session, job_id)
+            if row.state != JobState.RUNNING.value:
+                raise ConflictError(
+                    f"job {job_id} is {row.state}; only running jobs can be preempted"
+                )
+            move_job(session, row, JobState.PREEMPTING, reason, now)
+        return self.get(job_id)
+
+    def logs(
+        self, job_id: int, rank: int = 0, attempt: int | None = None, offset: int = 0
+    ) -> LogOut:
+        """Bytes of one task's log from ``offset``; ``complete`` once it ended and all is here."""
+        with self.ctx.sessions() as session:
+            job = self._row(session, job_id)
+            if attempt is None:
+                attempt = session.scalar(
+                    select(TaskRow.attempt)
+                    .where(TaskRow.job_id == job_id)
+                    .order_by(TaskRow.attempt.desc())
+                    .limit(1)
+                )
+                attempt = job.attempt if attempt is None else attempt
+            task = session.scalar(
+                select(TaskRow).where(
+                    TaskRow.job_id == job_id, TaskRow.attempt == attempt, TaskRow.rank == rank
+                )
+            )
+            world = JobManifest.model_validate(job.manifest).to_spec().world_size
+            if not 0 <= rank < world:
+                raise NotFoundError(f"job {job_id} has tasks 0..{world - 1}, not {rank}")
+            chunks = session.scalars(
+                select(LogChunkRow)
+                .where(
+                    LogChunkRow.job_id == job_id,
+                    LogChunkRow.attempt == attempt,
+                    LogChunkRow.rank == rank,
+                    LogChunkRow.offset + _length(LogChunkRow) > offset,
+                )
+                .order_by(LogChunkRow.offset)
+            )
+            data = bytearray()
+            end = offset
+            for chunk in chunks:
+                piece = chunk.data[max(0, offset - chunk.offset) :]
+                data += piece
+                end = chunk.offset + len(chunk.data)
+                if len(data) >= self.ctx.settings.log_chunk_limit:
+                    break
+            final = task is not None and task.state in ("exited", "lost")
+            complete = (final and end >= task.log_size) or (
+                task is None and JobState(job.state).terminal and job.attempt == attempt
+            )
+            if task is not None and task.log_size > end:
+                complete = False
+        return LogOut(
+            job_id=job_id,
+            attempt=attempt,
+            task=rank,
+            offset=max(end, offset),
+            data=bytes(data).decode("utf-8", errors="replace"),
+            complete=complete,
+        )
+
+    @staticmethod
+    def _row(session: Session, job_id: int) -> JobRow:
+        row = session.get(JobRow, job_id)
+        if row is None:
+            raise NotFoundError(f"no job with id {job_id}")
+        return row
+
+    @staticmethod
+    def _tasks(session: Session, job_ids: list[int]) -> dict[int, list[TaskRow]]:
+        result: dict[int, list[TaskRow]] = {}
+        if not job_ids:
+            return result
+        for task in session.scalars(select(TaskRow).where(TaskRow.job_id.in_(job_ids))):
+            result.setdefault(task.job_id, []).append(task)
+        return result
+
+
+def _length(model: type[LogChunkRow]):  # noqa: ANN202
+    from sqlalchemy import func
+
+    return func.length(model.data)

@@ -1,0 +1,298 @@
+"""Nodes: registration, the agent sync (heartbeat, report, pull), drain, liveness."""
+
+from __future__ import annotations
+
+import base64
+from collections import defaultdict
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from corral.core.job import JobState
+from corral.core.node import NodeState
+from corral.errors import ConflictError, NotFoundError
+from corral.schemas.agent import (
+    DesiredTask,
+    RegisterRequest,
+    SyncRequest,
+    SyncResponse,
+    TaskAck,
+)
+from corral.schemas.api import NodeOut
+from corral.schemas.manifest import JobManifest
+from corral.server.context import Context
+from corral.server.db.models import JobRow, LogChunkRow, NodeRow, TaskRow
+from corral.server.services.converters import node_out
+from corral.server.services.settle import FINAL_TASK_STATES, lose_tasks, settle_job
+from corral.server.services.transitions import move_node
+
+LIVE_TASK_STATES = ("assigned", "running", "terminating")
+
+
+class NodeService:
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+
+    def register(self, req: RegisterRequest) -> None:
+        """Create or refresh a node. A new agent incarnation loses the old one's tasks."""
+        now = self.ctx.clock()
+        devices = [d.model_dump() for d in req.devices]
+        with self.ctx.sessions.begin() as session:
+            row = session.get(NodeRow, req.name)
+            if row is None:
+                row = NodeRow(
+                    name=req.name, state=NodeState.READY.value, registered_at=now, reason=None
+                )
+                session.add(row)
+            elif row.agent_id != req.agent_id:
+                self._lose_node_tasks(session, row.name, f"agent on {row.name} restarted", now)
+            if row.state == NodeState.LOST.value:
+                move_node(session, row, NodeState.READY, "agent registered again", now)
+            row.agent_id = req.agent_id
+            row.address = req.address
+            row.devices = devices
+            row.cpus = req.cpus
+            row.memory = req.memory
+            row.network = list(req.network)
+            row.labels = dict(req.labels)
+            row.free_ports = []
+            row.last_heartbeat = now
+        self.ctx.wake()
+
+    def sync(self, req: SyncRequest) -> SyncResponse:
+        """Record what the agent runs and its logs; answer with what it should run."""
+        now = self.ctx.clock()
+        woke = False
+        with self.ctx.sessions.begin() as session:
+            node = session.get(NodeRow, req.node)
+            if node is None:
+                raise NotFoundError(f"node {req.node} is not registered; register first")
+            if node.agent_id != req.agent_id:
+                raise ConflictError(f"node {req.node} is held by another agent; register again")
+            node.last_heartbeat = now
+            node.free_ports = req.free_ports[:16]
+            if node.state == NodeState.LOST.value:
+                move_node(session, node, NodeState.READY, "agent reconnected", now)
+            keys = {(t.job_id, t.attempt, t.rank) for t in req.tasks} | {
+                (c.job_id, c.attempt, c.rank) for c in req.logs
+            }
+            tasks = self._tasks_by_key(session, req.node, keys)
+            touched: set[int] = set()
+            for report in req.tasks:
+                task = tasks.get((report.job_id, report.attempt, report.rank))
+                if task is None or task.state in FINAL_TASK_STATES:
+                    continue
+                if task.started_at is None:
+                    task.started_at = report.started_at or now
+                    touched.add(task.job_id)
+                task.pid = report.pid or task.pid
+                if report.state == "exited":
+                    task.state = "exited"
+                    task.exit_code = report.exit_code
+                    task.ended_at = report.ended_at or now
+                    task.released = True
+                    touched.add(task.job_id)
+                    woke = True
+                else:
+                    task.state = report.state
+            for chunk in req.logs:
+                task = tasks.get((chunk.job_id, chunk.attempt, chunk.rank))
+                if task is None or chunk.offset != task.log_size:
+                    continue
+                data = base64.b64decode(chunk.data)
+                if data:
+                    session.add(
+                        LogChunkRow(
+                            job_id=task.job_id,
+                            attempt=task.attempt,
+                            rank=task.rank,
+                            offset=task.log_size,
+                            data=data,
+                        )
+                    )
+                    task.log_size += len(data)
+            for job_id in touched:
+                self._settle(session, job_id, now)
+            acks = [
+                TaskAck(
+                    job_id=key[0],
+                    attempt=key[1],
+                    rank=key[2],
+                    log_offset=tasks[key].log_size if key in tasks else -1,
+                    final=key not in tasks or tasks[key].state in FINAL_TASK_STATES,
+                )
+                for key in sorted(keys)
+            ]
+            desired = self._desired(session, node)
+        if woke:
+            self.ctx.wake()
+        return SyncResponse(tasks=desired, acks=acks, sync_interval=self.ctx.settings.sync_interval)
+
+    def set_draining(self, name: str, draining: bool) -> NodeOut:
+        now = self.ctx.clock()
+        with self.ctx.sessions.begin() as session:
+            row = self._row(session, name)
+            target = NodeState.DRAINING if draining else NodeState.READY
+            if row.state == NodeState.LOST.value and not draining:
+                raise ConflictError(f"node {name} is lost; it becomes ready when its agent returns")
+            if row.state != target.value:
+                move_node(
+                    session, row, target, "drained by admin" if draining else "undrained", now
+                )
+        self.ctx.wake()
+        return self.get(name)
+
+    def list(self) -> list[NodeOut]:
+        with self.ctx.sessions() as session:
+            held = defaultdict(list)
+            for task in session.scalars(select(TaskRow).where(TaskRow.released.is_(False))):
+                held[task.node].append(task)
+            rows = session.scalars(select(NodeRow).order_by(NodeRow.name))
+            return [node_out(row, held.get(row.name, [])) for row in rows]
+
+    def get(self, name: str) -> NodeOut:
+        with self.ctx.sessions() as session:
+            row = self._row(session, name)
+            held = session.scalars(
+                select(TaskRow).where(TaskRow.node == name, TaskRow.released.is_(False))
+            )
+            return node_out(row, list(held))
+
+    def check_liveness(self) -> list[str]:
+        """Mark nodes lost that have not synced within the timeout; returns their names.
+
+        The server's own downtime does not count: the clock starts at the later of the
+        last sync and this server's start.
+        """
+        now = self.ctx.clock()
+        deadline = now - self.ctx.settings.node_timeout
+        if self.ctx.started_at > deadline:
+            return []
+        lost = []
+        with self.ctx.sessions.begin() as session:
+            stale = session.scalars(
+                select(NodeRow).where(
+                    NodeRow.state != NodeState.LOST.value, NodeRow.last_heartbeat < deadline
+                )
+            )
+            for node in stale:
+                silent = now - max(node.last_heartbeat, self.ctx.started_at)
+                move_node(session, node, NodeState.LOST, f"no heartbeat for {silent:.0f}s", now)
+                self._lose_node_tasks(session, node.name, f"node {node.name} lost", now)
+                lost.append(node.name)
+        if lost:
+            self.ctx.wake()
+        return lost
+
+    @staticmethod
+    def _lose_node_tasks(session: Session, node: str, why: str, now: float) -> None:
+        held = list(
+            session.scalars(
+                select(TaskRow).where(TaskRow.node == node, TaskRow.released.is_(False))
+            )
+        )
+        by_job: dict[int, list[TaskRow]] = defaultdict(list)
+        for task in held:
+            by_job[task.job_id].append(task)
+        for job_id, tasks in by_job.items():
+            job = session.get(JobRow, job_id)
+            if job is not None:
+                lose_tasks(session, job, tasks, why, now)
+
+    @staticmethod
+    def _settle(session: Session, job_id: int, now: float) -> None:
+        job = session.get(JobRow, job_id)
+        if job is None:
+            return
+        tasks = list(
+            session.scalars(
+                select(TaskRow).where(TaskRow.job_id == job_id, TaskRow.attempt == job.attempt)
+            )
+        )
+        if job.started_at is None and any(t.started_at for t in tasks):
+            job.started_at = min(t.started_at for t in tasks if t.started_at)
+        settle_job(session, job, tasks, now)
+
+    @staticmethod
+    def _tasks_by_key(
+        session: Session, node: str, keys: set[tuple[int, int, int]]
+    ) -> dict[tuple[int, int, int], TaskRow]:
+        if not keys:
+            return {}
+        job_ids = {k[0] for k in keys}
+        rows = session.scalars(
+            select(TaskRow).where(TaskRow.node == node, TaskRow.job_id.in_(job_ids))
+        )
+        return {
+            (t.job_id, t.attempt, t.rank): t for t in rows if (t.job_id, t.attempt, t.rank) in keys
+        }
+
+    def _desired(self, session: Session, node: NodeRow) -> list[DesiredTask]:
+        rows = session.execute(
+            select(TaskRow, JobRow)
+            .join(JobRow, JobRow.id == TaskRow.job_id)
+            .where(
+                TaskRow.node == node.name,
+                TaskRow.released.is_(False),
+                TaskRow.state.in_(LIVE_TASK_STATES),
+                TaskRow.attempt == JobRow.attempt,
+                JobRow.state == JobState.RUNNING.value,
+            )
+        ).all()
+        masters: dict[int, str] = {}
+        desired = []
+        for task, job in rows:
+            if job.id not in masters:
+                masters[job.id] = self._master_addr(session, job)
+            desired.append(task_launch(job, task, masters[job.id]))
+        return desired
+
+    @staticmethod
+    def _master_addr(session: Session, job: JobRow) -> str:
+        node_name = session.scalar(
+            select(TaskRow.node).where(
+                TaskRow.job_id == job.id, TaskRow.attempt == job.attempt, TaskRow.rank == 0
+            )
+        )
+        node = session.get(NodeRow, node_name) if node_name else None
+        return node.address if node else "127.0.0.1"
+
+    @staticmethod
+    def _row(session: Session, name: str) -> NodeRow:
+        row = session.get(NodeRow, name)
+        if row is None:
+            raise NotFoundError(f"no node named {name!r}")
+        return row
+
+
+def task_launch(job: JobRow, task: TaskRow, master_addr: str) -> DesiredTask:
+    """The process a task runs: command, and the environment of SPEC section 4."""
+    spec = JobManifest.model_validate(job.manifest).to_spec()
+    env = dict(spec.env)
+    env.update(
+        CORRAL_JOB_ID=str(job.id),
+        CORRAL_JOB_NAME=job.name or "",
+        CORRAL_ATTEMPT=str(job.attempt),
+        CORRAL_NODE=task.node,
+        CORRAL_GRACE_PERIOD=f"{spec.grace_period:g}",
+        RANK=str(task.rank),
+        WORLD_SIZE=str(spec.world_size),
+        LOCAL_RANK=str(task.local_rank),
+        LOCAL_WORLD_SIZE=str(spec.tasks_per_node),
+        NODE_RANK=str(task.node_rank),
+        NNODES=str(spec.nodes),
+        GROUP_RANK=str(task.node_rank),
+        MASTER_ADDR=master_addr,
+        MASTER_PORT=str(job.master_port or 29500),
+        CUDA_VISIBLE_DEVICES=",".join(str(i) for i in task.gpus),
+    )
+    command = list(spec.command) if isinstance(spec.command, tuple) else spec.command
+    return DesiredTask(
+        job_id=job.id,
+        attempt=job.attempt,
+        rank=task.rank,
+        command=command,
+        env=env,
+        workdir=spec.workdir,
+        grace_period=spec.grace_period,
+    )

@@ -1,0 +1,92 @@
+"""Job outcomes from task outcomes: success, failure, requeue after preemption or loss."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy.orm import Session
+
+from corral.core.job import JobState
+from corral.schemas.manifest import JobManifest
+from corral.server.db.models import JobRow, TaskRow
+from corral.server.services.transitions import move_job
+
+FINAL_TASK_STATES = ("exited", "lost")
+
+
+def settle_job(session: Session, job: JobRow, tasks: Sequence[TaskRow], now: float) -> None:
+    """Move ``job`` on once its current attempt's ``tasks`` say so.
+
+    Running: the first task to exit non-zero fails the job (its peers are then stopped);
+    all tasks exiting 0 succeed it. Preempting: once every task has let go of its devices,
+    the job is requeued when it exited 0 or asks for ``requeue``, else it fails.
+    """
+    current = [t for t in tasks if t.attempt == job.attempt]
+    if not current:
+        return
+    if job.state == JobState.RUNNING.value:
+        failed = sorted(
+            (t for t in current if t.state == "exited" and t.exit_code != 0), key=_ended
+        )
+        if failed:
+            first = failed[0]
+            job.exit_code = first.exit_code
+            move_job(
+                session,
+                job,
+                JobState.FAILED,
+                f"task {first.rank} on {first.node} exited with code {first.exit_code}",
+                now,
+            )
+        elif all(t.state == "exited" for t in current):
+            job.exit_code = 0
+            move_job(session, job, JobState.SUCCEEDED, f"all {len(current)} tasks exited 0", now)
+    elif job.state == JobState.PREEMPTING.value and all(t.released for t in current):
+        clean = all(t.state == "exited" and t.exit_code == 0 for t in current)
+        if clean or _requeue(job):
+            how = "exited 0 after SIGTERM" if clean else "stopped"
+            requeue(session, job, f"preempted; {how}; requeued", now)
+        else:
+            codes = sorted({str(t.exit_code) for t in current if t.exit_code})
+            job.exit_code = next((t.exit_code for t in current if t.exit_code), None)
+            move_job(
+                session,
+                job,
+                JobState.FAILED,
+                f"preempted; exited with code {', '.join(codes) or '?'} and requeue is false",
+                now,
+            )
+
+
+def requeue(session: Session, job: JobRow, reason: str, now: float) -> None:
+    """Back to pending as the next attempt (same id, same checkpoint directory)."""
+    move_job(session, job, JobState.PENDING, reason, now)
+    job.attempt += 1
+    job.started_at = None
+    job.exit_code = None
+    job.master_port = None
+
+
+def lose_tasks(
+    session: Session, job: JobRow, lost: Sequence[TaskRow], why: str, now: float
+) -> None:
+    """Tasks whose node is gone: release them; requeue or fail their job's attempt."""
+    for task in lost:
+        if task.state not in FINAL_TASK_STATES:
+            task.state = "lost"
+            task.ended_at = now
+        task.released = True
+    if not any(t.attempt == job.attempt for t in lost) or not JobState(job.state).active:
+        return
+    if _requeue(job):
+        requeue(session, job, f"{why}; requeued", now)
+    else:
+        move_job(session, job, JobState.FAILED, f"{why}; requeue is false", now)
+
+
+def _requeue(job: JobRow) -> bool:
+    return JobManifest.model_validate(job.manifest).requeue
+
+
+def _ended(task: TaskRow) -> float:
+    return task.ended_at or 0.0
