@@ -22,7 +22,7 @@ class TaskOut(BaseModel):
     local_rank: int
     gpus: list[int]
     gpu_share: float = 1.0
-    state: str  # assigned | running | terminating | exited | lost
+    state: str  # assigned | running | terminating | exited | lost | skipped
     pid: int | None = None
     exit_code: int | None = None
     started_at: float | None = None

@@ -16,6 +16,7 @@ _RANGE = re.compile(r"\{(\d+)\.\.(\d+)\}")
 DEFAULT_GPU_MEMORY = 80 * 1000**3
 CPUS_PER_GPU = 12
 MEMORY_PER_GPU = 128 * 1000**3
+MIN_MEMORY = 32 * 1000**3  # bytes (an int: Node.memory is an int)
 
 
 def expand_names(pattern: str) -> list[str]:
@@ -119,7 +120,7 @@ def _node(name: str, decl: NodeDecl) -> Node:
         name=name,
         devices=devices,
         cpus=decl.cpus if decl.cpus is not None else max(8, CPUS_PER_GPU * count),
-        memory=decl.memory if decl.memory is not None else max(32e9, MEMORY_PER_GPU * count),
+        memory=decl.memory if decl.memory is not None else max(MIN_MEMORY, MEMORY_PER_GPU * count),
         network=tuple(decl.network),
         labels=tuple(sorted(decl.labels.items())),
         address=decl.address,

@@ -37,7 +37,8 @@ def describe_errors(exc: PydanticValidationError, what: str = "") -> str:
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = "unknown field"
-        lines.append(f"{loc}: {msg}")
+        # a model-level check has no location: its message names the field itself
+        lines.append(f"{loc}: {msg}" if loc else msg)
     return "; ".join(lines)
 
 
@@ -48,4 +49,4 @@ def validate(model: type[BaseModel], data: object, what: str):  # noqa: ANN201
     try:
         return model.model_validate(data)
     except PydanticValidationError as exc:
-        raise ValidationError(f"{what}: {describe_errors(exc, what)}") from None
+        raise ValidationError(f"{what}: {describe_errors(exc)}") from None

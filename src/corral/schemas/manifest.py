@@ -25,10 +25,12 @@ class Resources(Strict):
     memory: Size | None = None
     tpu: str | None = None
 
-    @field_validator("gpus")
+    @field_validator("gpus", mode="before")
     @classmethod
-    def _gpus(cls, value: int | float | str) -> int | float | str:
-        parse_gpus(value)
+    def _gpus(cls, value: object) -> object:
+        # before type coercion, so that parse_gpus sees (and refuses) a YAML boolean
+        if isinstance(value, int | float | str):
+            parse_gpus(value)
         return value
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from corral.core.resources import GpuKind
+from corral.core.resources import GpuKind, model_matches
 from corral.scheduling.framework import NodeRequest
 from corral.scheduling.snapshot import NodeView
 
@@ -66,6 +66,8 @@ class NvlinkDeviceSelect:
         for pos, device in enumerate(node.node.devices):
             used = node.used_milli[pos]
             if device.mig or used + request.gpus.milli > 1000:
+                continue
+            if not model_matches(device.model, request.model):
                 continue
             if used and not node.shared[pos]:
                 continue

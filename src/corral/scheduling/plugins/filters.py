@@ -6,7 +6,7 @@ Pure helpers (``fits_capacity``, ``fits_free``) are tested on their own.
 
 from __future__ import annotations
 
-from corral.core.resources import GpuKind
+from corral.core.resources import GpuKind, model_matches
 from corral.scheduling.framework import NodeRequest, Status, Unresolvable, Unschedulable
 from corral.scheduling.snapshot import NodeView
 
@@ -47,7 +47,9 @@ def fits_capacity(request: NodeRequest, node: NodeView) -> str | None:
         if node.matching(request.model) == 0:
             return "has no matching GPU to share"
         if request.gpu_memory and not any(
-            d.memory >= request.gpu_memory for d in spec.devices if not d.mig
+            d.memory >= request.gpu_memory
+            for d in spec.devices
+            if not d.mig and model_matches(d.model, request.model)
         ):
             return "has no GPU with enough memory for the share"
     elif request.gpus.kind is GpuKind.MIG and not any(
@@ -81,6 +83,8 @@ def _fraction_slot(request: NodeRequest, node: NodeView) -> bool:
         True
         for pos, device in enumerate(node.node.devices)
         if not device.mig
+        and model_matches(device.model, request.model)
+        and (not request.gpu_memory or device.memory >= request.gpu_memory)
         and node.used_milli[pos] + request.gpus.milli <= 1000
         and (node.used_milli[pos] == 0 or node.shared[pos])
     )

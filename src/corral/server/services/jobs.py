@@ -13,6 +13,7 @@ from corral.schemas.manifest import JobManifest
 from corral.server.context import Context
 from corral.server.db.models import EventRow, JobRow, LogChunkRow, NodeRow, TaskRow
 from corral.server.services.converters import job_out, node_of
+from corral.server.services.settle import FINAL_TASK_STATES
 from corral.server.services.transitions import move_job, record_submission
 
 ACTIVE_STATES = (JobState.PENDING.value, JobState.RUNNING.value, JobState.PREEMPTING.value)
@@ -154,7 +155,7 @@ class JobService:
                 end = chunk.offset + len(chunk.data)
                 if len(data) >= self.ctx.settings.log_chunk_limit:
                     break
-            final = task is not None and task.state in ("exited", "lost")
+            final = task is not None and task.state in FINAL_TASK_STATES
             complete = (final and end >= task.log_size) or (
                 task is None and JobState(job.state).terminal and job.attempt == attempt
             )

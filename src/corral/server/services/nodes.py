@@ -111,6 +111,7 @@ class NodeService:
                         )
                     )
                     task.log_size += len(data)
+            touched |= self._skip_unstarted(session, req.node, keys, now)
             for job_id in touched:
                 self._settle(session, job_id, now)
             acks = [
@@ -127,6 +128,35 @@ class NodeService:
         if woke:
             self.ctx.wake()
         return SyncResponse(tasks=desired, acks=acks, sync_interval=self.ctx.settings.sync_interval)
+
+    @staticmethod
+    def _skip_unstarted(
+        session: Session, node: str, reported: set[tuple[int, int, int]], now: float
+    ) -> set[int]:
+        """Release tasks this agent never started and no longer should.
+
+        The agent builds each request after applying the previous answer, so a task it was
+        ever sent is in its report; one missing from the report never ran here.
+        """
+        rows = session.execute(
+            select(TaskRow, JobRow)
+            .join(JobRow, JobRow.id == TaskRow.job_id)
+            .where(
+                TaskRow.node == node,
+                TaskRow.released.is_(False),
+                TaskRow.state == "assigned",
+            )
+        ).all()
+        skipped = set()
+        for task, job in rows:
+            wanted = job.state == JobState.RUNNING.value and task.attempt == job.attempt
+            if wanted or (task.job_id, task.attempt, task.rank) in reported:
+                continue
+            task.state = "skipped"
+            task.ended_at = now
+            task.released = True
+            skipped.add(task.job_id)
+        return skipped
 
     def set_draining(self, name: str, draining: bool) -> NodeOut:
         now = self.ctx.clock()

@@ -11,7 +11,7 @@ from corral.schemas.manifest import JobManifest
 from corral.server.db.models import JobRow, TaskRow
 from corral.server.services.transitions import move_job
 
-FINAL_TASK_STATES = ("exited", "lost")
+FINAL_TASK_STATES = ("exited", "lost", "skipped")  # skipped: never started
 
 
 def settle_job(session: Session, job: JobRow, tasks: Sequence[TaskRow], now: float) -> None:

@@ -1,0 +1,155 @@
+"""Cancel, server crash and agent loss, with real processes and real signals."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.cluster import LocalCluster, kill_groups, pid_alive, wait_for
+
+# Each task starts two grandchildren (one ignores SIGTERM) and records every pid.
+TREE = r"""
+import os, signal, subprocess, sys, time
+out = os.environ["OUT"]
+stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(1000)"
+kids = [subprocess.Popen(["sleep", "1000"]), subprocess.Popen([sys.executable, "-c", stubborn])]
+name = f"{os.environ['CORRAL_ATTEMPT']}-{os.environ['RANK']}"
+with open(os.path.join(out, name + ".pids"), "w") as f:
+    f.write(" ".join(str(p) for p in [os.getpid(), *(k.pid for k in kids)]))
+time.sleep(1000)
+"""
+
+
+def tree_job(out: Path, **extra: object) -> dict:
+    return {
+        "nodes": 2,
+        "tasks_per_node": 2,
+        "resources": {"gpus": 4},
+        "grace_period": "1s",
+        "command": [sys.executable, "-c", TREE],
+        "env": {"OUT": str(out)},
+        **extra,
+    }
+
+
+def all_pids(out: Path, attempt: int = 0) -> list[int]:
+    return [int(p) for f in out.glob(f"{attempt}-*.pids") for p in f.read_text().split()]
+
+
+def test_cancel_kills_the_whole_process_tree(cluster: LocalCluster, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    client = cluster.client()
+    job = client.submit(tree_job(out))
+    wait_for(lambda: len(list(out.glob("0-*.pids"))) == 4, 30, "all tasks to start")
+    pids = all_pids(out)
+    assert len(pids) == 12 and all(pid_alive(p) for p in pids)
+
+    cancelled = client.cancel(job.id)
+    assert cancelled.state == "cancelled"
+    wait_for(lambda: not any(pid_alive(p) for p in pids), 20, "every process of the job to die")
+    # The devices are given back once the agents saw the tasks end.
+    wait_for(lambda: all(n.gpus_used == 0 for n in client.nodes()), 20, "devices to be freed")
+    tasks = client.get(job.id).tasks
+    assert all(t.state == "exited" for t in tasks)
+    # SIGTERM'd leaders die of the signal (143); nothing here exits 0.
+    assert {t.exit_code for t in tasks} <= {143, 137}
+
+
+def test_server_sigkill_and_restart_loses_nothing(cluster: LocalCluster, tmp_path: Path) -> None:
+    client = cluster.client()
+    marker = tmp_path / "marks"
+    marker.mkdir()
+    script = (
+        "import os, time\n"
+        "p = os.path.join(os.environ['OUT'], os.environ['RANK'] + '-' + os.environ['CORRAL_ATTEMPT'])\n"
+        "open(p, 'a').write('start\\n')\n"
+        "time.sleep(4)\n"
+        "print('finished rank', os.environ['RANK'])\n"
+    )
+    job = client.submit(
+        {
+            "nodes": 2,
+            "tasks_per_node": 8,
+            "resources": {"gpus": 8},
+            "command": [sys.executable, "-c", script],
+            "env": {"OUT": str(marker)},
+        }
+    )
+    queued = client.submit({"resources": {"gpus": 8}, "command": "echo after-restart"})
+    wait_for(lambda: len(list(marker.iterdir())) == 16, 30, "all 16 tasks to start")
+    cluster.kill_server()
+    time.sleep(1.0)  # the agents keep their tasks running while the server is down
+    cluster.start_server()
+    client = cluster.client()
+    done = client.wait([job.id, queued.id], timeout=60)
+    assert [j.state for j in done] == ["succeeded", "succeeded"]
+    job_after = client.get(job.id)
+    assert job_after.attempt == 0
+    # every task ran exactly once
+    assert sorted(p.name for p in marker.iterdir()) == sorted(f"{r}-0" for r in range(16))
+    assert all(p.read_text() == "start\n" for p in marker.iterdir())
+    assert "finished rank 12" in client.logs(job.id, task=12)
+    assert "after-restart" in client.logs(queued.id)
+
+
+@pytest.mark.cluster_options(nodes=["node-a", "node-b", "node-c"], node_timeout=3.0)
+def test_lost_agent_requeues_the_job_and_stops_its_peers(
+    cluster: LocalCluster, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    client = cluster.client()
+    job = client.submit(tree_job(out))
+    try:
+        wait_for(lambda: len(list(out.glob("0-*.pids"))) == 4, 30, "attempt 0 to start")
+        first = client.get(job.id)
+        victim = first.tasks[0].node
+        peer = next(t.node for t in first.tasks if t.node != victim)
+        peer_pids = [
+            int(p)
+            for t in first.tasks
+            if t.node == peer
+            for p in (out / f"0-{t.rank}.pids").read_text().split()
+        ]
+        cluster.kill_agent(victim)
+
+        def requeued_and_running() -> bool:
+            j = client.get(job.id)
+            return j.attempt == 1 and j.state == "running"
+
+        wait_for(requeued_and_running, 30, "the job to be requeued and placed again")
+        nodes = {n.name: n.state for n in client.nodes()}
+        assert nodes[victim] == "lost"
+        # the peers of attempt 0 on the surviving node were stopped
+        wait_for(lambda: not any(pid_alive(p) for p in peer_pids), 20, "attempt 0 peers to die")
+        again = client.get(job.id)
+        assert victim not in {t.node for t in again.tasks}
+        reasons = [e.reason for e in again.events]
+        assert any(f"node {victim} lost" in r for r in reasons)
+        wait_for(lambda: len(list(out.glob("1-*.pids"))) == 4, 30, "attempt 1 to start")
+        client.cancel(job.id)
+    finally:
+        kill_groups(list(out.glob("*.pids")))
+
+
+@pytest.mark.cluster_options(nodes=["node-a", "node-b"], node_timeout=3.0)
+def test_lost_agent_fails_a_job_that_does_not_requeue(
+    cluster: LocalCluster, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    client = cluster.client()
+    job = client.submit(tree_job(out, requeue=False))
+    try:
+        wait_for(lambda: len(list(out.glob("0-*.pids"))) == 4, 30, "the job to start")
+        cluster.kill_agent("node-b")
+        done = client.wait(job.id, timeout=30)[0]
+        assert done.state == "failed"
+        assert "node node-b lost" in (done.reason or "")
+        assert "requeue is false" in (done.reason or "")
+    finally:
+        kill_groups(list(out.glob("*.pids")))
