@@ -246,3 +246,46 @@ def test_cancel_preempt_drain_and_tokens_from_the_cli(cluster: LocalCluster) -> 
         text=True,
     )
     assert refused.returncode == 1 and "revoked" in refused.stderr
+
+
+def test_up_in_the_foreground_stops_everything_on_ctrl_c(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    cluster_file = tmp_path / "cluster.yaml"
+    cluster_file.write_text(
+        "nodes:\n"
+        "  - name: 'gpu-{0..1}'\n"
+        "    gpus: {count: 4, model: A100-80GB, nvlink: [[0, 1], [2, 3]]}\n"
+        "    network: [zone-a, spine-1, leaf-1]\n"
+        "    labels: {pool: a100}\n"
+    )
+    env = {**os.environ, "CORRAL_HOME": str(home)}
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "corral", "up", "--cluster", str(cluster_file), "--port", str(port)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        cluster = LocalCluster(home)
+        cluster.url = f"http://127.0.0.1:{port}"
+        wait_for(lambda: (home / "up.json").exists(), 60, "corral up to be ready")
+        nodes = cluster.client().nodes()
+        assert [(n.name, n.gpus, n.labels, n.network) for n in nodes] == [
+            ("gpu-0", 4, {"pool": "a100"}, ["zone-a", "spine-1", "leaf-1"]),
+            ("gpu-1", 4, {"pool": "a100"}, ["zone-a", "spine-1", "leaf-1"]),
+        ]
+        assert [d.nvlink_domain for d in nodes[0].devices] == [0, 0, 1, 1]
+        pids = json.loads((home / "up.json").read_text())
+        proc.send_signal(2)  # SIGINT, as Ctrl-C
+        output, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, output
+    assert "Corral is up" in output and "Corral stopped." in output
+    from tests.e2e.cluster import pid_alive
+
+    assert not pid_alive(pids["server_pid"])
+    assert not any(pid_alive(p) for p in pids["agent_pids"].values())

@@ -65,7 +65,8 @@ def test_server_sigkill_and_restart_loses_nothing(cluster: LocalCluster, tmp_pat
     marker.mkdir()
     script = (
         "import os, time\n"
-        "p = os.path.join(os.environ['OUT'], os.environ['RANK'] + '-' + os.environ['CORRAL_ATTEMPT'])\n"
+        "name = os.environ['RANK'] + '-' + os.environ['CORRAL_ATTEMPT']\n"
+        "p = os.path.join(os.environ['OUT'], name)\n"
         "open(p, 'a').write('start\\n')\n"
         "time.sleep(4)\n"
         "print('finished rank', os.environ['RANK'])\n"
@@ -151,5 +152,20 @@ def test_lost_agent_fails_a_job_that_does_not_requeue(
         assert done.state == "failed"
         assert "node node-b lost" in (done.reason or "")
         assert "requeue is false" in (done.reason or "")
+    finally:
+        kill_groups(list(out.glob("*.pids")))
+
+
+def test_time_limit_stops_the_job(cluster: LocalCluster, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    client = cluster.client()
+    job = client.submit(tree_job(out, time_limit="2s"))
+    try:
+        done = client.wait(job.id, timeout=30)[0]
+        assert done.state == "failed"
+        assert done.reason == "time limit 2s exceeded"
+        pids = all_pids(out)
+        wait_for(lambda: not any(pid_alive(p) for p in pids), 20, "the job's processes to die")
     finally:
         kill_groups(list(out.glob("*.pids")))

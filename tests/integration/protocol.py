@@ -1,0 +1,72 @@
+"""Speak the agent protocol directly, as a node whose processes the test plays by hand.
+
+Only the hardware and the processes are played: every request goes through the real
+server, its real authentication and its real database.
+"""
+
+from __future__ import annotations
+
+import base64
+import uuid
+from typing import Any
+
+import httpx
+
+from tests.integration.conftest import Server
+
+
+class FakeHardwareAgent:
+    def __init__(self, server: Server, name: str, gpus: int = 8) -> None:
+        self.server = server
+        self.name = name
+        self.agent_id = uuid.uuid4().hex
+        self.gpus = gpus
+        self.register()
+
+    def register(self, agent_id: str | None = None) -> None:
+        self.agent_id = agent_id or self.agent_id
+        body = {
+            "name": self.name,
+            "agent_id": self.agent_id,
+            "address": "127.0.0.1",
+            "devices": [
+                {"index": i, "model": "H100", "memory": 80 * 10**9} for i in range(self.gpus)
+            ],
+            "cpus": 64,
+            "memory": 512 * 10**9,
+        }
+        with self.server.http(self.server.join_token) as http:
+            answer = http.post("/agent/register", json=body)
+        answer.raise_for_status()
+        self.http = self.server.http(answer.json()["node_token"])
+
+    def sync(
+        self, tasks: list[dict[str, Any]] | None = None, logs: list[dict[str, Any]] | None = None
+    ) -> dict[str, Any]:
+        answer = self.http.post(
+            "/agent/sync",
+            json={
+                "node": self.name,
+                "agent_id": self.agent_id,
+                "tasks": tasks or [],
+                "logs": logs or [],
+                "free_ports": [40001],
+            },
+        )
+        if answer.status_code != 200:
+            raise httpx.HTTPStatusError(answer.text, request=answer.request, response=answer)
+        return answer.json()
+
+
+def report(job_id: int, rank: int, state: str, attempt: int = 0, **extra: Any) -> dict[str, Any]:
+    return {"job_id": job_id, "attempt": attempt, "rank": rank, "state": state, **extra}
+
+
+def chunk(job_id: int, rank: int, offset: int, data: bytes, attempt: int = 0) -> dict[str, Any]:
+    return {
+        "job_id": job_id,
+        "attempt": attempt,
+        "rank": rank,
+        "offset": offset,
+        "data": base64.b64encode(data).decode(),
+    }

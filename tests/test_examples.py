@@ -1,0 +1,30 @@
+"""The example files shipped in examples/ parse with the real parsers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from corral.schemas.cluster import load_cluster
+from corral.schemas.config import load_config
+from corral.schemas.manifest import load_manifest
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def test_example_job_manifest() -> None:
+    spec = load_manifest((EXAMPLES / "job.yaml").read_text()).to_spec()
+    assert (spec.nodes, spec.tasks_per_node, spec.gpus_per_task) == (2, 8, 1)
+    assert spec.time_limit == 600
+
+
+def test_example_cluster_file() -> None:
+    nodes = load_cluster((EXAMPLES / "cluster.yaml").read_text()).to_nodes()
+    assert [n.name for n in nodes] == ["h100-0", "h100-1", "a100-0", "a100-1"]
+    assert [d.nvlink_domain for d in nodes[0].devices] == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert nodes[0].memory == 10**12
+
+
+def test_example_scheduler_config() -> None:
+    config = load_config((EXAMPLES / "scheduler.yaml").read_text())
+    assert [q.name for q in config.queues] == ["default", "team-a", "team-b"]
+    assert config.policy.interval == 10
