@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 import typer
+from rich.markup import escape
 
 from corral.cli import cluster, demo, jobs, tokens
 from corral.cli.common import err_console
@@ -26,7 +27,7 @@ def main() -> None:
     try:
         app()
     except CorralError as exc:
-        err_console.print(f"[bold red]error:[/] {exc.message}", highlight=False)
+        err_console.print(f"[bold red]error:[/] {escape(exc.message)}", highlight=False)
         sys.exit(1)
     except KeyboardInterrupt:
         sys.exit(130)

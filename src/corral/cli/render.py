@@ -54,15 +54,15 @@ def jobs_table(jobs: list[JobOut], now: float) -> Table:
             detail = job.reason or ""
         table.add_row(
             str(job.id),
-            job.name or "-",
-            job.queue,
+            Text(job.name or "-"),
+            Text(job.queue),
             job.user,
             state_text(job.state),
             job.priority_class or str(job.priority),
             f"{job.nodes}x{job.tasks_per_node}",
             f"{job.total_gpus:g}",
             _elapsed(job, now),
-            detail,
+            Text(detail),
         )
     return table
 
@@ -75,7 +75,7 @@ def job_panel(job: JobOut, now: float) -> Group:
     info.add_column(overflow="fold")
     rows = [
         ("State", state_text(job.state)),
-        ("Reason", job.reason or "-"),
+        ("Reason", Text(job.reason or "-")),
         ("Queue", f"{job.queue} (position {job.position})" if job.position else job.queue),
         ("User", job.user),
         (
@@ -87,7 +87,7 @@ def job_panel(job: JobOut, now: float) -> Group:
             "Shape",
             f"{job.nodes} node(s) x {job.tasks_per_node} task(s), {job.gpus} GPU(s) per node",
         ),
-        ("Command", command),
+        ("Command", Text(command)),
         ("Attempt", str(job.attempt)),
         ("Submitted", _when(job.submitted_at)),
         ("Started", _when(job.started_at)),
@@ -138,7 +138,7 @@ def job_panel(job: JobOut, now: float) -> Group:
             events.add_column(col)
         for e in job.events:
             arrow = f"{e.from_state} -> {e.to_state}" if e.from_state else e.to_state
-            events.add_row(_when(e.at), str(e.attempt), arrow, e.reason)
+            events.add_row(_when(e.at), str(e.attempt), arrow, Text(e.reason))
         parts.append(events)
     return Group(*parts)
 

@@ -92,13 +92,15 @@ def parse_gpus(value: int | float | str) -> GpuRequest:
 
 
 def model_matches(model: str, pattern: str | None) -> bool:
-    """Whether device ``model`` matches ``pattern`` (a glob; plain text is a prefix).
+    """Whether device ``model`` matches ``pattern``, case-insensitively.
 
-    ``H100`` matches ``H100-SXM-80GB``; ``*80GB`` matches ``A100-80GB``; case-insensitive.
+    A glob matches the whole model (``*80GB`` matches ``A100-80GB``). Plain text matches
+    the model or a prefix of it ending at a separator: ``H100`` matches ``H100-SXM-80GB``
+    but ``A10`` does not match ``A100-80GB``, nor ``L4`` ``L40S``.
     """
     if not pattern:
         return True
-    pattern = pattern.lower()
-    if not _WILDCARDS & set(pattern):
-        pattern += "*"
-    return fnmatch.fnmatchcase(model.lower(), pattern)
+    model, pattern = model.lower(), pattern.lower()
+    if _WILDCARDS & set(pattern):
+        return fnmatch.fnmatchcase(model, pattern)
+    return model == pattern or (model.startswith(pattern) and not model[len(pattern)].isalnum())

@@ -80,6 +80,8 @@ class SchedulerConfig:
         """
         if priority is None:
             priority = DEFAULT_PRIORITY if self._class(DEFAULT_PRIORITY) else 0
+        if isinstance(priority, str) and priority.strip().lstrip("+-").isdigit():
+            priority = int(priority)
         if isinstance(priority, str):
             cls = self._class(priority)
             if cls is None:

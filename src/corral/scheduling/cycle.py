@@ -3,7 +3,9 @@
 The recipe: build the snapshot, sort, then for each job in order filter and score nodes,
 choose the gang's nodes, choose devices, permit (all or nothing) and assume; a job that
 cannot be placed runs the post-filters and, unless one of them allows it, blocks the jobs
-behind it (strict priority order). Every job left pending gets a human reason.
+behind it (strict priority order) -- but only when it is waiting for busy resources: a job
+that the ready nodes could not host even if they were empty (Unresolvable) blocks nobody.
+Every job left pending gets a human reason.
 """
 
 from __future__ import annotations
@@ -83,10 +85,9 @@ def schedule(
             preemptions += [(victim, f"preempted for job {job.id}") for victim in result.preempt]
             reason = result.reason or reason
             allow_others = allow_others or result.allow_others
-        reasons[job.id] = PendingReason(
-            reason, position, unresolvable=isinstance(outcome, Unresolvable)
-        )
-        if not allow_others:
+        unresolvable = isinstance(outcome, Unresolvable)
+        reasons[job.id] = PendingReason(reason, position, unresolvable=unresolvable)
+        if not allow_others and not unresolvable:
             blocker = job
     return Decisions(tuple(placements), reasons, tuple(preemptions))
 
@@ -161,5 +162,5 @@ def _explain(
         return Unschedulable(f"waiting for nodes: {need}; no node is registered")
     text = f"{need}; {outcome.reason}" + (f" ({details})" if details else "")
     if resolvable < nodes:
-        return Unresolvable(f"cannot run on the current nodes: {text}")
+        return Unresolvable(f"cannot run on the ready nodes: {text}")
     return Unschedulable(f"waiting for resources: {text}")

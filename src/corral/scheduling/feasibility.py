@@ -42,7 +42,7 @@ def never_fits(spec: JobSpec, nodes: Iterable[Node], config: SchedulerConfig) ->
     if request.gpus.kind is GpuKind.WHOLE:
         most = max(len(n.devices) for n in nodes)
         what += f" (the largest node has {most} GPUs)"
-    why = "; ".join(f"{n} node{'s' if n > 1 else ''} {r}" for r, n in reasons.most_common(3))
+    why = "; ".join(f"{n} node{'s' if n > 1 else ''}: {r}" for r, n in reasons.most_common(3))
     return (
         f"can never fit this cluster: needs {what}, but only {able} of {len(nodes)} nodes "
         f"could ever host it" + (f" ({why})" if why else "")

@@ -12,14 +12,15 @@ from corral.scheduling.snapshot import NodeView
 
 
 class NodeStateFilter:
-    """Only ready nodes take new work (draining and lost nodes do not)."""
+    """Only ready nodes take new work. Draining and lost nodes are Unresolvable: no
+    completion or preemption on them would make room."""
 
     name = "node-state"
 
     def filter(self, request: NodeRequest, node: NodeView) -> Status:
         if node.node.state.schedulable:
             return None
-        return Unschedulable(f"node {node.node.state.value}")
+        return Unresolvable(f"node {node.node.state.value}")
 
 
 class NodeSelectorFilter:

@@ -19,6 +19,7 @@ class TopScoredNodes:
     ) -> list[NodeView] | Unschedulable:
         want = job.spec.nodes
         if len(candidates) < want:
-            return Unschedulable(f"{len(candidates)} of {want} nodes can host it now")
+            free = len(candidates)
+            return Unschedulable(f"{free} node{'' if free == 1 else 's'} can host it now")
         ranked = sorted(candidates, key=lambda c: (-c.score, c.node.name))
         return [c.node for c in ranked[:want]]

@@ -6,12 +6,15 @@ always created and upgraded by Alembic (``migrations/``), never by ``create_all`
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
+
+from corral.errors import ValidationError
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 
@@ -47,6 +50,10 @@ def make_engine(url: str) -> Engine:
             cursor.close()
 
         return engine
+    if url.startswith("postgresql+psycopg") and importlib.util.find_spec("psycopg") is None:
+        raise ValidationError(
+            "--db: PostgreSQL needs the psycopg driver: pip install 'corral[postgres]'"
+        )
     return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
 
 

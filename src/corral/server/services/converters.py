@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from functools import lru_cache
 
 from corral.core.allocation import Allocation, TaskAllocation
-from corral.core.job import Job, JobState
+from corral.core.job import Job, JobSpec, JobState
 from corral.core.node import Device, Node, NodeState
 from corral.schemas.api import AttemptOut, DeviceOut, EventOut, JobOut, NodeOut, TaskOut
 from corral.schemas.manifest import JobManifest
@@ -17,10 +19,21 @@ def manifest_of(row: JobRow) -> JobManifest:
     return JobManifest.model_validate(row.manifest)
 
 
+def spec_of(row: JobRow) -> JobSpec:
+    """The job's spec; memoized, since a manifest never changes after submission and the
+    scheduling loop needs every pending job's spec on every cycle."""
+    return _spec(row.id, row.submitted_at, row.user, json.dumps(row.manifest, sort_keys=True))
+
+
+@lru_cache(maxsize=50_000)
+def _spec(_job_id: int, _submitted_at: float, _user: str, manifest: str) -> JobSpec:
+    return JobManifest.model_validate_json(manifest).to_spec()
+
+
 def job_of(row: JobRow) -> Job:
     return Job(
         id=row.id,
-        spec=manifest_of(row).to_spec(),
+        spec=spec_of(row),
         state=JobState(row.state),
         priority=row.priority,
         preemptible=row.preemptible,
@@ -104,7 +117,7 @@ def job_out(
     """The API view of a job; ``tasks`` (all attempts) and ``events`` for details."""
     manifest = row.manifest
     resources = manifest.get("resources", {})
-    spec = manifest_of(row).to_spec()
+    spec = spec_of(row)
     current = sorted((t for t in tasks if t.attempt == row.attempt), key=_rank)
     return JobOut(
         id=row.id,

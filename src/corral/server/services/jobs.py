@@ -12,7 +12,7 @@ from corral.schemas.api import JobOut, LogOut
 from corral.schemas.manifest import JobManifest
 from corral.server.context import Context
 from corral.server.db.models import EventRow, JobRow, LogChunkRow, NodeRow, TaskRow
-from corral.server.services.converters import job_out, node_of
+from corral.server.services.converters import job_out, node_of, spec_of
 from corral.server.services.settle import FINAL_TASK_STATES
 from corral.server.services.transitions import move_job, record_submission
 
@@ -134,7 +134,7 @@ class JobService:
                     TaskRow.job_id == job_id, TaskRow.attempt == attempt, TaskRow.rank == rank
                 )
             )
-            world = JobManifest.model_validate(job.manifest).to_spec().world_size
+            world = spec_of(job).world_size
             if not 0 <= rank < world:
                 raise NotFoundError(f"job {job_id} has tasks 0..{world - 1}, not {rank}")
             chunks = session.scalars(

@@ -19,10 +19,9 @@ from corral.schemas.agent import (
     TaskAck,
 )
 from corral.schemas.api import NodeOut
-from corral.schemas.manifest import JobManifest
 from corral.server.context import Context
 from corral.server.db.models import JobRow, LogChunkRow, NodeRow, TaskRow
-from corral.server.services.converters import node_out
+from corral.server.services.converters import node_out, spec_of
 from corral.server.services.settle import FINAL_TASK_STATES, lose_tasks, settle_job
 from corral.server.services.transitions import move_node
 
@@ -297,7 +296,7 @@ class NodeService:
 
 def task_launch(job: JobRow, task: TaskRow, master_addr: str) -> DesiredTask:
     """The process a task runs: command, and the environment of SPEC section 4."""
-    spec = JobManifest.model_validate(job.manifest).to_spec()
+    spec = spec_of(job)
     env = dict(spec.env)
     env.update(
         CORRAL_JOB_ID=str(job.id),

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from sqlalchemy.orm import Session
 
 from corral.core.job import JobState
-from corral.schemas.manifest import JobManifest
 from corral.server.db.models import JobRow, TaskRow
+from corral.server.services.converters import spec_of
 from corral.server.services.transitions import move_job
 
 FINAL_TASK_STATES = ("exited", "lost", "skipped")  # skipped: never started
@@ -85,7 +85,7 @@ def lose_tasks(
 
 
 def _requeue(job: JobRow) -> bool:
-    return JobManifest.model_validate(job.manifest).requeue
+    return spec_of(job).requeue
 
 
 def _ended(task: TaskRow) -> float:
