@@ -169,3 +169,35 @@ def test_time_limit_stops_the_job(cluster: LocalCluster, tmp_path: Path) -> None
         wait_for(lambda: not any(pid_alive(p) for p in pids), 20, "the job's processes to die")
     finally:
         kill_groups(list(out.glob("*.pids")))
+
+
+@pytest.mark.cluster_options(nodes=["node-a", "node-b", "node-c"])
+def test_stopping_an_agent_hands_its_work_back_at_once(
+    cluster: LocalCluster, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    client = cluster.client()
+    job = client.submit(tree_job(out))
+    try:
+        wait_for(lambda: len(list(out.glob("0-*.pids"))) == 4, 30, "attempt 0 to start")
+        first = client.get(job.id)
+        victim = first.tasks[0].node
+        victim_pids = [
+            int(p)
+            for t in first.tasks
+            if t.node == victim
+            for p in (out / f"0-{t.rank}.pids").read_text().split()
+        ]
+        proc = cluster.agents[victim]
+        proc.terminate()  # SIGTERM: a clean agent shutdown (node maintenance, corral down)
+        proc.wait(timeout=30)
+        wait_for(lambda: client.get(job.id).attempt == 1, 10, "the job to be requeued")
+        assert not any(pid_alive(p) for p in victim_pids)  # the agent stopped its tasks
+        node = next(n for n in client.nodes() if n.name == victim)
+        assert node.state == "lost" and node.reason == f"agent on {victim} shut down"
+        wait_for(lambda: len(list(out.glob("1-*.pids"))) == 4, 30, "attempt 1 to start")
+        assert victim not in {t.node for t in client.get(job.id).tasks}
+        client.cancel(job.id)
+    finally:
+        kill_groups(list(out.glob("*.pids")))

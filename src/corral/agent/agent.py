@@ -98,11 +98,11 @@ class Agent:
                     self._stop.wait(backoff)
                     backoff = min(MAX_BACKOFF, backoff * 2)
             self.supervisor.stop_all(wait=True)
-            try:  # best effort: tell the server how the tasks ended
+            try:  # best effort: hand the work back so that it is requeued at once
                 if self._token:
-                    self._sync_once()
-            except httpx.HTTPError:
-                pass
+                    self._sync_once(shutdown=True)
+            except httpx.HTTPError as exc:
+                log.warning("could not tell the server this agent stopped: %s", exc)
 
     def stop(self) -> None:
         self._stop.set()
@@ -141,8 +141,9 @@ class Agent:
         self.interval = float(answer.get("sync_interval", self.interval))
         log.info("registered node %s with %d GPUs at %s", s.name, len(s.node.devices), self._url)
 
-    def _sync_once(self) -> None:
+    def _sync_once(self, shutdown: bool = False) -> None:
         request = self._build_request()
+        request.shutdown = shutdown
         answer = SyncResponse.model_validate(
             self._post("sync", request.model_dump(mode="json"), self._token or "")
         )

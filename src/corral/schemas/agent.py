@@ -62,6 +62,7 @@ class SyncRequest(Strict):
     tasks: list[TaskReport] = Field(default_factory=list)
     logs: list[LogChunk] = Field(default_factory=list)
     free_ports: list[int] = Field(default_factory=list)
+    shutdown: bool = False  # the agent is stopping: its tasks are gone, requeue their jobs
 
 
 class DesiredTask(BaseModel):

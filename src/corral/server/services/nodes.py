@@ -77,7 +77,7 @@ class NodeService:
             }
             tasks = self._tasks_by_key(session, req.node, keys)
             touched: set[int] = set()
-            for report in req.tasks:
+            for report in [] if req.shutdown else req.tasks:  # a shutdown's exits are not the job's
                 task = tasks.get((report.job_id, report.attempt, report.rank))
                 if task is None or task.state in FINAL_TASK_STATES:
                     continue
@@ -110,6 +110,11 @@ class NodeService:
                         )
                     )
                     task.log_size += len(data)
+            if req.shutdown:
+                reason = f"agent on {node.name} shut down"
+                self._lose_node_tasks(session, node.name, reason, now)
+                move_node(session, node, NodeState.LOST, reason, now)
+                woke = True
             touched |= self._skip_unstarted(session, req.node, keys, now)
             for job_id in touched:
                 self._settle(session, job_id, now)
