@@ -19,13 +19,8 @@ from corral.core.job import Job
 from corral.core.node import Node
 from corral.core.resources import MILLI, GpuKind
 from corral.scheduling.config import SchedulerConfig
-from corral.scheduling.framework import (
-    NodeRequest,
-    Profile,
-    ScoredNode,
-    Unresolvable,
-    Unschedulable,
-)
+from corral.scheduling.evaluation import NodeEvaluator
+from corral.scheduling.framework import NodeRequest, Profile, Unresolvable, Unschedulable
 from corral.scheduling.registry import build_profile
 from corral.scheduling.snapshot import NodeView, Snapshot
 
@@ -62,6 +57,7 @@ def schedule(
     """Decide which pending jobs start now and where. Pure: no I/O, no clock but ``now``."""
     profile = profile or build_profile(config)
     snapshot = Snapshot.build(state.nodes, state.allocations)
+    evaluator = NodeEvaluator(profile)
     order = sorted(pending, key=profile.queue_sort.sort_key)
     placements: list[Allocation] = []
     reasons: dict[int, PendingReason] = {}
@@ -74,7 +70,7 @@ def schedule(
             )
             continue
         request = NodeRequest.of(job.spec, config.queue_placement(job.queue))
-        outcome = place_gang(job, request, snapshot, profile)
+        outcome = place_gang(job, request, snapshot, profile, evaluator)
         if isinstance(outcome, Allocation):
             snapshot.assume(outcome)
             placements.append(outcome)
@@ -93,28 +89,21 @@ def schedule(
 
 
 def place_gang(
-    job: Job, request: NodeRequest, snapshot: Snapshot, profile: Profile
+    job: Job,
+    request: NodeRequest,
+    snapshot: Snapshot,
+    profile: Profile,
+    evaluator: NodeEvaluator | None = None,
 ) -> Allocation | Unschedulable | Unresolvable:
-    """All tasks of ``job`` on nodes of ``snapshot``, or why not (nothing is assumed)."""
-    candidates: list[ScoredNode] = []
-    rejections: Counter[str] = Counter()
-    resolvable = 0
-    for view in snapshot.views():
-        status = None
-        for plugin in profile.filters:
-            status = plugin.filter(request, view)
-            if status is not None:
-                break
-        if status is not None:
-            rejections[status.reason] += 1
-            resolvable += isinstance(status, Unschedulable)
-            continue
-        resolvable += 1
-        score = sum(p.weight * p.score(request, view) for p in profile.scores)
-        candidates.append(ScoredNode(view, score))
-    chosen = profile.node_set.select(job, request, candidates)
+    """All tasks of ``job`` on nodes of ``snapshot``, or why not (nothing is assumed).
+
+    ``evaluator`` carries filter and score results from job to job within one cycle.
+    """
+    evaluator = evaluator or NodeEvaluator(profile)
+    found = evaluator.evaluate(request, snapshot.views())
+    chosen = profile.node_set.select(job, request, found.candidates)
     if not isinstance(chosen, list):
-        return _explain(job, request, chosen, rejections, resolvable)
+        return _explain(job, request, chosen, found.rejections, found.resolvable)
     tasks: list[TaskAllocation] = []
     for node_rank, view in enumerate(chosen):
         devices = profile.devices.select(request, view)

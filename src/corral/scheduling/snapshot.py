@@ -15,9 +15,23 @@ from corral.core.resources import MILLI, model_matches
 
 
 class NodeView:
-    """Free capacity of one node. ``used_milli[i]`` is the share of ``devices[i]`` in use."""
+    """Free capacity of one node. ``used_milli[i]`` is the share of ``devices[i]`` in use.
 
-    __slots__ = ("node", "free_cpus", "free_memory", "used_milli", "shared", "_position")
+    ``version`` changes whenever the free capacity does, so per-cycle caches of filter and
+    score results can tell which nodes to look at again.
+    """
+
+    __slots__ = (
+        "node",
+        "free_cpus",
+        "free_memory",
+        "used_milli",
+        "shared",
+        "version",
+        "labels",
+        "_position",
+        "_matching",
+    )
 
     def __init__(self, node: Node) -> None:
         self.node = node
@@ -25,7 +39,10 @@ class NodeView:
         self.free_memory = node.memory
         self.used_milli = [0] * len(node.devices)
         self.shared = [False] * len(node.devices)  # holds fractional shares
+        self.version = 0
+        self.labels = node.label_map
         self._position = {d.index: i for i, d in enumerate(node.devices)}
+        self._matching: dict[str | None, int] = {}
 
     @property
     def name(self) -> str:
@@ -42,15 +59,34 @@ class NodeView:
             if used == 0 and not d.mig and model_matches(d.model, model)
         ]
 
+    def free_whole_count(self, model: str | None = None) -> int:
+        """``len(free_whole(model))`` without building the list."""
+        if model is None:
+            return sum(
+                1
+                for d, used in zip(self.node.devices, self.used_milli, strict=True)
+                if used == 0 and not d.mig
+            )
+        return sum(
+            1
+            for d, used in zip(self.node.devices, self.used_milli, strict=True)
+            if used == 0 and not d.mig and model_matches(d.model, model)
+        )
+
     def matching(self, model: str | None = None) -> int:
         """Number of devices (busy or not) whose model matches: the node's capacity."""
-        return sum(1 for d in self.node.devices if not d.mig and model_matches(d.model, model))
+        count = self._matching.get(model)
+        if count is None:
+            count = sum(1 for d in self.node.devices if not d.mig and model_matches(d.model, model))
+            self._matching[model] = count
+        return count
 
     @property
     def used_gpus(self) -> float:
         return sum(self.used_milli) / MILLI
 
     def _apply(self, alloc: Allocation, sign: int) -> None:
+        self.version += 1
         for task in alloc.tasks:
             if task.node != self.node.name:
                 continue
@@ -70,6 +106,7 @@ class Snapshot:
 
     def __init__(self, nodes: Iterable[Node]) -> None:
         self.nodes: dict[str, NodeView] = {n.name: NodeView(n) for n in nodes}
+        self._views = list(self.nodes.values())
 
     @classmethod
     def build(cls, nodes: Iterable[Node], allocations: Iterable[Allocation]) -> Snapshot:
@@ -79,7 +116,8 @@ class Snapshot:
         return snapshot
 
     def views(self) -> Sequence[NodeView]:
-        return list(self.nodes.values())
+        """Every node, in a stable order (do not mutate the sequence)."""
+        return self._views
 
     def assume(self, alloc: Allocation) -> Callable[[], None]:
         """Take ``alloc``'s resources; returns the undo."""

@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from corral.scheduling.config import SchedulerConfig
 from corral.scheduling.framework import Profile
+from corral.server.services.catalog import NodeCatalog
 
 
 @dataclass
@@ -35,6 +36,7 @@ class Context:
     clock: Callable[[], float] = time.time
     started_at: float = field(default_factory=time.time)
     wake_event: threading.Event = field(default_factory=threading.Event)
+    catalog: NodeCatalog = field(default_factory=NodeCatalog)
 
     def wake(self) -> None:
         """Ask the control loop for a scheduling cycle soon."""

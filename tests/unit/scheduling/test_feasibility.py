@@ -7,7 +7,7 @@ import pytest
 from corral.core.node import Node, NodeState
 from corral.errors import ValidationError
 from corral.scheduling.config import QueueConfig, SchedulerConfig
-from corral.scheduling.feasibility import never_fits
+from corral.scheduling.feasibility import never_fits, node_shapes
 from tests.builders import JobBuilder, NodeBuilder, gpu_nodes, job, node
 
 DEFAULT = SchedulerConfig()
@@ -35,7 +35,7 @@ def built(nodes: list[Node | NodeBuilder]) -> list[Node]:
     ],
 )
 def test_accepts_what_could_run_some_day(nodes: list, builder: JobBuilder) -> None:
-    assert never_fits(builder.spec(), built(nodes), DEFAULT) is None
+    assert never_fits(builder.spec(), node_shapes(built(nodes)), DEFAULT) is None
 
 
 @pytest.mark.parametrize(
@@ -90,7 +90,7 @@ def test_accepts_what_could_run_some_day(nodes: list, builder: JobBuilder) -> No
     ],
 )
 def test_refuses_what_can_never_run(nodes: list, builder: JobBuilder, parts: list[str]) -> None:
-    why = never_fits(builder.spec(), built(nodes), DEFAULT)
+    why = never_fits(builder.spec(), node_shapes(built(nodes)), DEFAULT)
     assert why is not None
     assert why.startswith("can never fit this cluster: ")
     for part in parts:
@@ -114,8 +114,12 @@ def test_unknown_queue_is_a_validation_error(
     config: SchedulerConfig, queue: str, nodes: list[Node]
 ) -> None:
     with pytest.raises(ValidationError, match=f"unknown queue '{queue}'"):
-        never_fits(job(1).gpus(1).queue(queue).spec(), nodes, config)
+        never_fits(job(1).gpus(1).queue(queue).spec(), node_shapes(nodes), config)
 
 
-def test_accepts_any_iterable_of_nodes() -> None:
-    assert never_fits(job(1).gpus(8).spec(), iter(gpu_nodes(1)), DEFAULT) is None
+def test_node_shapes_group_alike_nodes_whatever_their_names() -> None:
+    nodes = [*gpu_nodes(3), node("cpu").cpus(4).build()]
+    shapes = node_shapes(iter(nodes))
+    assert sorted(count for _, count in shapes) == [1, 3]
+    assert never_fits(job(1).gpus(8).nodes(3).spec(), shapes, DEFAULT) is None
+    assert "only 3 of 4 nodes" in never_fits(job(1).gpus(8).nodes(4).spec(), shapes, DEFAULT)

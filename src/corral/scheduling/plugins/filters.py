@@ -29,7 +29,7 @@ class NodeSelectorFilter:
     name = "node-selector"
 
     def filter(self, request: NodeRequest, node: NodeView) -> Status:
-        labels = node.node.label_map
+        labels = node.labels
         for key, value in request.selector:
             if labels.get(key) != value:
                 return Unresolvable(f"label {key}={value} does not match")
@@ -67,7 +67,7 @@ def fits_capacity(request: NodeRequest, node: NodeView) -> str | None:
 def fits_free(request: NodeRequest, node: NodeView) -> str | None:
     """Why the node cannot host the request now, or None if it can."""
     if request.gpus.kind is GpuKind.WHOLE:
-        free = len(node.free_whole(request.model))
+        free = node.free_whole_count(request.model)
         if free < request.gpus.count:
             return f"{free} of {request.gpus.count} GPUs free"
     elif request.gpus.kind is GpuKind.FRACTION and not _fraction_slot(request, node):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Sequence
 
 from corral.core.job import Job
@@ -21,5 +22,5 @@ class TopScoredNodes:
         if len(candidates) < want:
             free = len(candidates)
             return Unschedulable(f"{free} node{'' if free == 1 else 's'} can host it now")
-        ranked = sorted(candidates, key=lambda c: (-c.score, c.node.name))
-        return [c.node for c in ranked[:want]]
+        best = heapq.nsmallest(want, candidates, key=lambda c: (-c.score, c.node.name))
+        return [c.node for c in best]

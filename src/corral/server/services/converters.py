@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from functools import lru_cache
 
 from corral.core.allocation import Allocation, TaskAllocation
 from corral.core.job import Job, JobSpec, JobState
@@ -20,14 +18,20 @@ def manifest_of(row: JobRow) -> JobManifest:
 
 
 def spec_of(row: JobRow) -> JobSpec:
-    """The job's spec; memoized, since a manifest never changes after submission and the
+    """The job's spec, memoized: a manifest never changes after submission, and the
     scheduling loop needs every pending job's spec on every cycle."""
-    return _spec(row.id, row.submitted_at, row.user, json.dumps(row.manifest, sort_keys=True))
+    key = (row.id, row.submitted_at, row.user)
+    spec = _SPECS.get(key)
+    if spec is None:
+        spec = manifest_of(row).to_spec()
+        if len(_SPECS) >= _SPEC_MEMO_SIZE:
+            _SPECS.clear()
+        _SPECS[key] = spec
+    return spec
 
 
-@lru_cache(maxsize=50_000)
-def _spec(_job_id: int, _submitted_at: float, _user: str, manifest: str) -> JobSpec:
-    return JobManifest.model_validate_json(manifest).to_spec()
+_SPEC_MEMO_SIZE = 100_000
+_SPECS: dict[tuple[int, float, str], JobSpec] = {}
 
 
 def job_of(row: JobRow) -> Job:

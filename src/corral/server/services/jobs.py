@@ -11,8 +11,8 @@ from corral.scheduling.feasibility import never_fits
 from corral.schemas.api import JobOut, LogOut
 from corral.schemas.manifest import JobManifest
 from corral.server.context import Context
-from corral.server.db.models import EventRow, JobRow, LogChunkRow, NodeRow, TaskRow
-from corral.server.services.converters import job_out, node_of, spec_of
+from corral.server.db.models import EventRow, JobRow, LogChunkRow, TaskRow
+from corral.server.services.converters import job_out, spec_of
 from corral.server.services.settle import FINAL_TASK_STATES
 from corral.server.services.transitions import move_job, record_submission
 
@@ -34,8 +34,7 @@ class JobService:
         priority, preemptible = config.resolve_priority(spec.priority, spec.preemptible)
         now = self.ctx.clock()
         with self.ctx.sessions.begin() as session:
-            nodes = [node_of(row) for row in session.scalars(select(NodeRow))]
-            reason = never_fits(spec, nodes, config)
+            reason = never_fits(spec, self.ctx.catalog.shapes(session, now), config)
             if reason:
                 raise UnschedulableError(reason)
             row = JobRow(

@@ -56,6 +56,7 @@ class NodeService:
             row.labels = dict(req.labels)
             row.free_ports = []
             row.last_heartbeat = now
+        self.ctx.catalog.invalidate()
         self.ctx.wake()
 
     def sync(self, req: SyncRequest) -> SyncResponse:

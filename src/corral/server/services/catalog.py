@@ -1,0 +1,37 @@
+"""A short-lived in-memory copy of the node inventory for submission-time checks.
+
+Submissions check feasibility against every node; reading and converting thousands of node
+rows per submission would dominate its cost. The copy is refreshed when this process
+changes a node and at least every ``ttl`` seconds (another replica may have changed one).
+"""
+
+from __future__ import annotations
+
+import threading
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from corral.scheduling.feasibility import NodeShapes, node_shapes
+from corral.server.db.models import NodeRow
+from corral.server.services.converters import node_of
+
+
+class NodeCatalog:
+    def __init__(self, ttl: float = 2.0) -> None:
+        self.ttl = ttl
+        self._lock = threading.Lock()
+        self._shapes: NodeShapes | None = None
+        self._loaded_at = 0.0
+
+    def shapes(self, session: Session, now: float) -> NodeShapes:
+        """Every registered node, grouped by shape (see ``node_shapes``)."""
+        with self._lock:
+            if self._shapes is None or now - self._loaded_at > self.ttl:
+                self._shapes = node_shapes(node_of(r) for r in session.scalars(select(NodeRow)))
+                self._loaded_at = now
+            return self._shapes
+
+    def invalidate(self) -> None:
+        with self._lock:
+            self._shapes = None
