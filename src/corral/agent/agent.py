@@ -246,14 +246,13 @@ class Agent:
 
 
 def _report(key: TaskKey, status: TaskStatus, hold_exit: bool) -> TaskReport:
+    """The task as the server should see it; an exit is held back (``terminating``) until
+    the server has the whole log, so that a finished job's logs are complete."""
     exited = status.state is TaskState.EXITED and not hold_exit
-    state = (
-        "exited"
-        if exited
-        else ("terminating" if status.state is not TaskState.RUNNING else "running")
-    )
-    if status.state is TaskState.EXITED and not exited:
-        state = "terminating"
+    if status.state is TaskState.RUNNING:
+        state = "running"
+    else:
+        state = "exited" if exited else "terminating"
     return TaskReport(
         job_id=key[0],
         attempt=key[1],
