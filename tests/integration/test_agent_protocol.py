@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import base64
 
+import pytest
+
 from tests.e2e.cluster import wait_for
 from tests.integration.conftest import Server
 from tests.integration.protocol import FakeHardwareAgent, chunk, report
@@ -148,3 +150,30 @@ def test_logs_are_binary_safe(server: Server) -> None:
     node.sync([report(job.id, 0, "exited", exit_code=0)], [chunk(job.id, 0, 0, raw)])
     text = client.logs(job.id)
     assert text.startswith("naïve ✓\n") and base64.b64encode(raw)
+
+
+@pytest.mark.parametrize(
+    ("requeue", "exit_code", "state", "attempt"),
+    [
+        pytest.param(False, 0, "pending", 1, id="exit-0-in-grace-requeues-anyway"),
+        pytest.param(False, 143, "failed", 0, id="killed-without-requeue-fails"),
+        pytest.param(True, 137, "pending", 1, id="killed-with-requeue-requeues"),
+    ],
+)
+def test_how_a_preempted_job_ends(
+    server: Server, requeue: bool, exit_code: int, state: str, attempt: int
+) -> None:
+    node = FakeHardwareAgent(server, "node-a")
+    client = server.client()
+    job = client.submit({"command": "x", "resources": {"gpus": 8}, "requeue": requeue})
+    placed(server, job.id)
+    node.sync()
+    node.sync([report(job.id, 0, "running", pid=7)])
+    client.preempt(job.id)
+    node.sync([report(job.id, 0, "exited", exit_code=exit_code)])
+    after = client.get(job.id)
+    if state == "pending":  # it may already be placed again by the next cycle
+        assert after.attempt == attempt and after.state in ("pending", "running")
+    else:
+        assert (after.state, after.attempt) == (state, attempt)
+        assert "requeue is false" in (after.reason or "")

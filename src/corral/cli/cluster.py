@@ -151,6 +151,10 @@ def agent(
         typer.Option("--node-file", help="declared node (JSON), as `corral up --cluster` writes"),
     ] = None,
     labels: Annotated[str | None, typer.Option(help="k=v,... node labels")] = None,
+    network: Annotated[
+        str | None,
+        typer.Option(help="path in the network tree, outermost first: zone-a/spine-1/leaf-1"),
+    ] = None,
     address: Annotated[
         str | None, typer.Option(help="address other nodes reach this one at")
     ] = None,
@@ -184,6 +188,8 @@ def agent(
     node = load_node_file(node_file) if node_file else describe_host(simulate, label_map)
     if node_file and label_map:
         node.labels.update(label_map)
+    if network:
+        node.network = [part for part in network.replace(",", "/").split("/") if part]
     node_name = name or socket.gethostname().split(".")[0]
     home = corral_home()
     settings = AgentSettings(
