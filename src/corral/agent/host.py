@@ -9,6 +9,7 @@ from urllib.parse import urlparse
 
 from corral.agent.discovery import discover, host_cpus, host_memory_bytes
 from corral.schemas.agent import DeviceIn
+from corral.schemas.cluster import default_cpus, default_memory
 from corral.schemas.common import Strict, validate
 
 
@@ -23,8 +24,11 @@ class NodeDescription(Strict):
 
 
 def describe_host(simulate: str | None, labels: dict[str, str]) -> NodeDescription:
-    """Discovered (NVML) or simulated (``8xH100``) GPUs plus this host's CPUs and memory."""
+    """Discovered (NVML) GPUs with this host's CPUs and memory; or simulated GPUs
+    (``8xH100``) on a node sized like a typical server for them (12 CPUs and 128GB of
+    memory per GPU), since the whole node is what is simulated."""
     gpus = discover(simulate)
+    simulated = bool(simulate)
     return NodeDescription(
         devices=[
             DeviceIn(
@@ -36,8 +40,8 @@ def describe_host(simulate: str | None, labels: dict[str, str]) -> NodeDescripti
             )
             for g in gpus
         ],
-        cpus=host_cpus(),
-        memory=host_memory_bytes(),
+        cpus=default_cpus(len(gpus)) if simulated else host_cpus(),
+        memory=default_memory(len(gpus)) if simulated else host_memory_bytes(),
         labels=labels,
     )
 

@@ -35,8 +35,10 @@ def _when(at: float | None) -> str:
 
 
 def _elapsed(job: JobOut, now: float) -> str:
+    if job.started_at is None and job.state in ("running", "preempting"):
+        return "starting"
     if job.started_at is None:
-        return format_duration(now - job.submitted_at) + " wait"
+        return format_duration((job.ended_at or now) - job.submitted_at) + " wait"
     return format_duration((job.ended_at or now) - job.started_at)
 
 

@@ -96,6 +96,14 @@ class SchedulerConfig:
             default = not fences or value < min(fences)
         return value, default if preemptible is None else preemptible
 
+    def priority_class_name(self, priority: str | int | None) -> str | None:
+        """The class a manifest's ``priority`` names (the default class when it is unset)."""
+        if priority is None:
+            return DEFAULT_PRIORITY if self._class(DEFAULT_PRIORITY) else None
+        if isinstance(priority, str) and self._class(priority):
+            return priority
+        return None
+
     def queue_placement(self, name: str) -> PlacementPolicy:
         """The queue's default placement, else the cluster's."""
         for queue in self.queues:

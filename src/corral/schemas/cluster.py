@@ -19,6 +19,15 @@ MEMORY_PER_GPU = 128 * 1000**3
 MIN_MEMORY = 32 * 1000**3  # bytes (an int: Node.memory is an int)
 
 
+def default_cpus(gpus: int) -> float:
+    """CPUs of a declared or simulated node that does not say (a typical GPU server)."""
+    return float(max(8, CPUS_PER_GPU * gpus))
+
+
+def default_memory(gpus: int) -> int:
+    return max(MIN_MEMORY, MEMORY_PER_GPU * gpus)
+
+
 def expand_names(pattern: str) -> list[str]:
     """``gpu-{00..15}`` -> gpu-00 .. gpu-15 (zero-padded as written); several ranges multiply."""
     match = _RANGE.search(pattern)
@@ -119,8 +128,8 @@ def _node(name: str, decl: NodeDecl) -> Node:
     return Node(
         name=name,
         devices=devices,
-        cpus=decl.cpus if decl.cpus is not None else max(8, CPUS_PER_GPU * count),
-        memory=decl.memory if decl.memory is not None else max(MIN_MEMORY, MEMORY_PER_GPU * count),
+        cpus=decl.cpus if decl.cpus is not None else default_cpus(count),
+        memory=decl.memory if decl.memory is not None else default_memory(count),
         network=tuple(decl.network),
         labels=tuple(sorted(decl.labels.items())),
         address=decl.address,

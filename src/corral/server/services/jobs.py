@@ -43,7 +43,7 @@ class JobService:
                 queue=spec.queue,
                 state=JobState.PENDING.value,
                 priority=priority,
-                priority_class=spec.priority if isinstance(spec.priority, str) else None,
+                priority_class=config.priority_class_name(spec.priority),
                 preemptible=preemptible,
                 manifest=manifest.model_dump(mode="json", exclude_none=True),
                 attempt=0,

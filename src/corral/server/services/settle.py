@@ -40,7 +40,8 @@ def settle_job(session: Session, job: JobRow, tasks: Sequence[TaskRow], now: flo
             )
         elif all(t.state == "exited" for t in current):
             job.exit_code = 0
-            move_job(session, job, JobState.SUCCEEDED, f"all {len(current)} tasks exited 0", now)
+            what = "the task" if len(current) == 1 else f"all {len(current)} tasks"
+            move_job(session, job, JobState.SUCCEEDED, f"{what} exited 0", now)
     elif job.state == JobState.PREEMPTING.value and all(t.released for t in current):
         clean = all(t.state == "exited" and t.exit_code == 0 for t in current)
         if clean or _requeue(job):
