@@ -44,6 +44,7 @@ class JobRow(Base):
     position: Mapped[int | None] = mapped_column(Integer)
     exit_code: Mapped[int | None] = mapped_column(Integer)
     master_port: Mapped[int | None] = mapped_column(Integer)
+    time_limit: Mapped[float | None] = mapped_column(Float)  # seconds, from the manifest
     updated_at: Mapped[float] = mapped_column(Float)
 
 

@@ -48,6 +48,7 @@ class JobService:
                 manifest=manifest.model_dump(mode="json", exclude_none=True),
                 attempt=0,
                 submitted_at=now,
+                time_limit=spec.time_limit,
                 reason="waiting for the next scheduling cycle",
                 updated_at=now,
             )

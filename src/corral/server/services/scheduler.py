@@ -158,20 +158,15 @@ def enforce_time_limits(ctx: Context) -> list[int]:
     now = ctx.clock()
     ended = []
     with ctx.sessions.begin() as session:
-        running = session.scalars(
+        overdue = session.scalars(
             select(JobRow).where(
-                JobRow.state == JobState.RUNNING.value, JobRow.started_at.is_not(None)
+                JobRow.state == JobState.RUNNING.value,
+                JobRow.time_limit.is_not(None),
+                JobRow.started_at + JobRow.time_limit < now,
             )
         )
-        for job in running:
-            limit = job.manifest.get("time_limit")
-            if limit and now - job.started_at > float(limit):
-                move_job(
-                    session,
-                    job,
-                    JobState.FAILED,
-                    f"time limit {format_duration(float(limit))} exceeded",
-                    now,
-                )
-                ended.append(job.id)
+        for job in overdue:
+            limit = format_duration(job.time_limit)
+            move_job(session, job, JobState.FAILED, f"time limit {limit} exceeded", now)
+            ended.append(job.id)
     return ended

@@ -50,6 +50,7 @@ def upgrade() -> None:
         sa.Column("position", sa.Integer(), nullable=True),
         sa.Column("exit_code", sa.Integer(), nullable=True),
         sa.Column("master_port", sa.Integer(), nullable=True),
+        sa.Column("time_limit", sa.Float(), nullable=True),
         sa.Column("updated_at", sa.Float(), nullable=False),
         sa.PrimaryKeyConstraint("id"),
     )
