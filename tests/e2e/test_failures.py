@@ -68,7 +68,7 @@ def test_server_sigkill_and_restart_loses_nothing(cluster: LocalCluster, tmp_pat
         "name = os.environ['RANK'] + '-' + os.environ['CORRAL_ATTEMPT']\n"
         "p = os.path.join(os.environ['OUT'], name)\n"
         "open(p, 'a').write('start\\n')\n"
-        "time.sleep(4)\n"
+        "time.sleep(2)\n"
         "print('finished rank', os.environ['RANK'])\n"
     )
     job = client.submit(
@@ -83,13 +83,17 @@ def test_server_sigkill_and_restart_loses_nothing(cluster: LocalCluster, tmp_pat
     queued = client.submit({"resources": {"gpus": 8}, "command": "echo after-restart"})
     wait_for(lambda: len(list(marker.iterdir())) == 16, 30, "all 16 tasks to start")
     cluster.kill_server()
-    time.sleep(1.0)  # the agents keep their tasks running while the server is down
+    # The tasks finish while the server is down; their agents keep the outcome and logs.
+    wait_for(lambda: all(p.read_text() == "start\n" for p in marker.iterdir()), 5, "marks")
+    time.sleep(4.0)
+    restarted_at = time.time()
     cluster.start_server()
     client = cluster.client()
     done = client.wait([job.id, queued.id], timeout=60)
     assert [j.state for j in done] == ["succeeded", "succeeded"]
     job_after = client.get(job.id)
     assert job_after.attempt == 0
+    assert all(t.ended_at is not None and t.ended_at < restarted_at for t in job_after.tasks)
     # every task ran exactly once
     assert sorted(p.name for p in marker.iterdir()) == sorted(f"{r}-0" for r in range(16))
     assert all(p.read_text() == "start\n" for p in marker.iterdir())
