@@ -22,6 +22,7 @@ from corral.cli.common import (
 )
 from corral.cli.render import job_panel, jobs_table, state_text
 from corral.errors import ValidationError
+from corral.schemas.api import JobOut
 from corral.schemas.manifest import JobManifest, load_manifest, parse_manifest
 
 app = typer.Typer()
@@ -186,12 +187,7 @@ def cancel(
 ) -> None:
     """Cancel jobs; running tasks get SIGTERM, then SIGKILL after the grace period."""
     c = client(server, token)
-    done = [c.cancel(j) for j in job_ids]
-    if output is Output.json:
-        print_json({"jobs": done})
-    else:
-        for job in done:
-            console.print(f"job {job.id}: ", state_text(job.state))
+    _print_states([c.cancel(j) for j in job_ids], output)
 
 
 @app.command()
@@ -203,12 +199,15 @@ def preempt(
 ) -> None:
     """Preempt now, as the scheduler would: SIGTERM, grace period, requeue."""
     c = client(server, token)
-    done = [c.preempt(j) for j in job_ids]
+    _print_states([c.preempt(j) for j in job_ids], output)
+
+
+def _print_states(jobs: list[JobOut], output: Output) -> None:
     if output is Output.json:
-        print_json({"jobs": done})
-    else:
-        for job in done:
-            console.print(f"job {job.id}: ", state_text(job.state))
+        print_json({"jobs": jobs})
+        return
+    for job in jobs:
+        console.print(f"job {job.id}: ", state_text(job.state))
 
 
 @app.command()

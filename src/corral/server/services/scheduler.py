@@ -13,12 +13,13 @@ from sqlalchemy.orm import Session
 
 from corral.core.allocation import Allocation
 from corral.core.job import JobState
+from corral.core.lifecycle import transition
 from corral.core.units import format_duration
 from corral.scheduling.cycle import ClusterState, Decisions, schedule
 from corral.server.context import Context
-from corral.server.db.models import EventRow, JobRow, NodeRow, TaskRow
+from corral.server.db.models import JobRow, NodeRow, TaskRow
 from corral.server.services.converters import allocations_of, job_of, node_of
-from corral.server.services.transitions import move_job
+from corral.server.services.transitions import move_job, record
 
 DEFAULT_MASTER_PORT = 29500
 
@@ -80,17 +81,8 @@ def _apply(
         )
         if guarded.rowcount != 1:
             continue
-        session.add(
-            EventRow(
-                entity="job",
-                entity_id=str(job.id),
-                attempt=alloc.attempt,
-                at=now,
-                from_state=JobState.PENDING.value,
-                to_state=JobState.RUNNING.value,
-                reason=reason,
-            )
-        )
+        placement = transition(JobState.PENDING, JobState.RUNNING, now, reason)
+        record(session, "job", str(job.id), alloc.attempt, placement)
         _add_tasks(session, alloc)
         placed += 1
     for job_id, pend in decisions.pending.items():

@@ -5,24 +5,34 @@ from __future__ import annotations
 from sqlalchemy.orm import Session
 
 from corral.core.job import JobState
-from corral.core.lifecycle import transition
+from corral.core.lifecycle import Transition, transition
 from corral.core.node import NodeState
 from corral.server.db.models import EventRow, JobRow, NodeRow
 
 
-def move_job(session: Session, job: JobRow, target: JobState, reason: str, now: float) -> None:
-    """Check ``job.state -> target`` against the table, apply it, append the event."""
-    record = transition(JobState(job.state), target, now, reason)
+def record(session: Session, entity: str, entity_id: str, attempt: int, change: Transition) -> None:
+    """Append one transition to the ``events`` history."""
     session.add(
         EventRow(
-            entity="job",
-            entity_id=str(job.id),
-            attempt=job.attempt,
-            at=now,
-            from_state=record.from_state,
-            to_state=record.to_state,
-            reason=reason,
+            entity=entity,
+            entity_id=entity_id,
+            attempt=attempt,
+            at=change.at,
+            from_state=change.from_state,
+            to_state=change.to_state,
+            reason=change.reason,
         )
+    )
+
+
+def move_job(session: Session, job: JobRow, target: JobState, reason: str, now: float) -> None:
+    """Check ``job.state -> target`` against the table, apply it, append the event."""
+    record(
+        session,
+        "job",
+        str(job.id),
+        job.attempt,
+        transition(JobState(job.state), target, now, reason),
     )
     job.state = target.value
     job.updated_at = now
@@ -33,30 +43,10 @@ def move_job(session: Session, job: JobRow, target: JobState, reason: str, now: 
 
 
 def move_node(session: Session, node: NodeRow, target: NodeState, reason: str, now: float) -> None:
-    record = transition(NodeState(node.state), target, now, reason)
-    session.add(
-        EventRow(
-            entity="node",
-            entity_id=node.name,
-            at=now,
-            from_state=record.from_state,
-            to_state=record.to_state,
-            reason=reason,
-        )
-    )
+    record(session, "node", node.name, 0, transition(NodeState(node.state), target, now, reason))
     node.state = target.value
     node.reason = reason
 
 
 def record_submission(session: Session, job: JobRow, now: float) -> None:
-    session.add(
-        EventRow(
-            entity="job",
-            entity_id=str(job.id),
-            attempt=0,
-            at=now,
-            from_state="",
-            to_state=JobState.PENDING.value,
-            reason="submitted",
-        )
-    )
+    record(session, "job", str(job.id), 0, Transition("", JobState.PENDING.value, now, "submitted"))
