@@ -7,6 +7,7 @@ import sys
 import typer
 from rich.markup import escape
 
+import corral
 from corral.cli import cluster, demo, jobs, tokens
 from corral.cli.common import err_console
 from corral.errors import CorralError
@@ -18,6 +19,23 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"corral {corral.__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    """Corral: a workload manager for GPU and TPU clusters."""
+
+
 for sub in (jobs.app, cluster.app, demo.app):
     app.registered_commands += sub.registered_commands
 app.add_typer(tokens.app, name="token")
