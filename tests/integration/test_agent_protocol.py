@@ -177,3 +177,43 @@ def test_how_a_preempted_job_ends(
     else:
         assert (after.state, after.attempt) == (state, attempt)
         assert "requeue is false" in (after.reason or "")
+
+
+@pytest.mark.server_options(node_timeout=1.0)
+def test_a_lost_node_that_returns_keeps_its_old_tasks_devices_until_they_end(
+    server: Server,
+) -> None:
+    node = FakeHardwareAgent(server, "node-a")
+    client = server.client()
+    job = client.submit({"command": "x", "resources": {"gpus": 8}})
+    placed(server, job.id)
+    node.sync()
+    node.sync([report(job.id, 0, "running", pid=7)])
+    # the agent goes silent: the node is lost and the job requeued...
+    wait_for(lambda: client.nodes()[0].state == "lost", 10, "the node to be lost")
+    requeued = client.get(job.id)
+    assert requeued.attempt == 1 and requeued.state == "pending"
+    # ...but its devices stay held: the old process may still run there
+    assert client.nodes()[0].gpus_used == 8
+    # the agent comes back, still running the old task: it must stop it
+    answer = node.sync([report(job.id, 0, "running", pid=7)])
+    assert answer["tasks"] == [] and answer["acks"][0]["final"] is True
+    assert client.nodes()[0].state == "ready" and client.nodes()[0].gpus_used == 8
+    assert client.get(job.id).state == "pending"  # nothing new lands beside the old process
+    node.sync([report(job.id, 0, "exited", exit_code=143)])
+    placed(server, job.id)
+    assert [(t["attempt"], t["rank"]) for t in node.sync()["tasks"]] == [(1, 0)]
+
+
+@pytest.mark.server_options(node_timeout=1.0)
+def test_a_returning_agent_that_lost_the_process_frees_the_devices(server: Server) -> None:
+    node = FakeHardwareAgent(server, "node-a")
+    client = server.client()
+    job = client.submit({"command": "x", "resources": {"gpus": 8}})
+    placed(server, job.id)
+    node.sync()
+    node.sync([report(job.id, 0, "running", pid=7)])
+    wait_for(lambda: client.nodes()[0].state == "lost", 10, "the node to be lost")
+    node.sync()  # it reports nothing: the old task is not running there
+    placed(server, job.id)
+    assert client.get(job.id).attempt == 1

@@ -44,7 +44,8 @@ class NodeService:
                 )
                 session.add(row)
             elif row.agent_id != req.agent_id:
-                self._lose_node_tasks(session, row.name, f"agent on {row.name} restarted", now)
+                why = f"agent on {row.name} restarted"
+                self._lose_node_tasks(session, row.name, why, now, release=True)
             if row.state == NodeState.LOST.value:
                 move_node(session, row, NodeState.READY, "agent registered again", now)
             row.agent_id = req.agent_id
@@ -80,7 +81,11 @@ class NodeService:
             touched: set[int] = set()
             for report in [] if req.shutdown else req.tasks:  # a shutdown's exits are not the job's
                 task = tasks.get((report.job_id, report.attempt, report.rank))
-                if task is None or task.state in FINAL_TASK_STATES:
+                if task is None:
+                    continue
+                if task.state in FINAL_TASK_STATES:
+                    if not task.released and report.state == "exited":
+                        task.released = woke = True  # a lost task's process finally ended
                     continue
                 if task.started_at is None:
                     task.started_at = report.started_at or now
@@ -113,9 +118,10 @@ class NodeService:
                     task.log_size += len(data)
             if req.shutdown:
                 reason = f"agent on {node.name} shut down"
-                self._lose_node_tasks(session, node.name, reason, now)
+                self._lose_node_tasks(session, node.name, reason, now, release=True)
                 move_node(session, node, NodeState.LOST, reason, now)
                 woke = True
+            woke |= self._release_vanished(session, req.node, keys)
             touched |= self._skip_unstarted(session, req.node, keys, now)
             for job_id in touched:
                 self._settle(session, job_id, now)
@@ -133,6 +139,20 @@ class NodeService:
         if woke:
             self.ctx.wake()
         return SyncResponse(tasks=desired, acks=acks, sync_interval=self.ctx.settings.sync_interval)
+
+    @staticmethod
+    def _release_vanished(session: Session, node: str, reported: set[tuple[int, int, int]]) -> bool:
+        """Release lost tasks that the node's agent no longer runs (it reports every task)."""
+        held = session.scalars(
+            select(TaskRow).where(
+                TaskRow.node == node, TaskRow.released.is_(False), TaskRow.state == "lost"
+            )
+        )
+        released = False
+        for task in held:
+            if (task.job_id, task.attempt, task.rank) not in reported:
+                task.released = released = True
+        return released
 
     @staticmethod
     def _skip_unstarted(
@@ -213,14 +233,15 @@ class NodeService:
             for node in stale:
                 silent = now - max(node.last_heartbeat, self.ctx.started_at)
                 move_node(session, node, NodeState.LOST, f"no heartbeat for {silent:.0f}s", now)
-                self._lose_node_tasks(session, node.name, f"node {node.name} lost", now)
+                why = f"node {node.name} lost"
+                self._lose_node_tasks(session, node.name, why, now, release=False)
                 lost.append(node.name)
         if lost:
             self.ctx.wake()
         return lost
 
     @staticmethod
-    def _lose_node_tasks(session: Session, node: str, why: str, now: float) -> None:
+    def _lose_node_tasks(session: Session, node: str, why: str, now: float, release: bool) -> None:
         held = list(
             session.scalars(
                 select(TaskRow).where(TaskRow.node == node, TaskRow.released.is_(False))
@@ -232,7 +253,7 @@ class NodeService:
         for job_id, tasks in by_job.items():
             job = session.get(JobRow, job_id)
             if job is not None:
-                lose_tasks(session, job, tasks, why, now)
+                lose_tasks(session, job, tasks, why, now, release)
 
     @staticmethod
     def _settle(session: Session, job_id: int, now: float) -> None:

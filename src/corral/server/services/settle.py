@@ -69,14 +69,24 @@ def requeue(session: Session, job: JobRow, reason: str, now: float) -> None:
 
 
 def lose_tasks(
-    session: Session, job: JobRow, lost: Sequence[TaskRow], why: str, now: float
+    session: Session,
+    job: JobRow,
+    lost: Sequence[TaskRow],
+    why: str,
+    now: float,
+    release: bool,
 ) -> None:
-    """Tasks whose node is gone: release them; requeue or fail their job's attempt."""
+    """Tasks whose node is gone: requeue or fail their job's attempt.
+
+    With ``release`` their devices are free at once (their processes are known to be gone);
+    otherwise they stay held until the node's agent says the processes ended, so that a
+    node that comes back never runs new work beside the old.
+    """
     for task in lost:
         if task.state not in FINAL_TASK_STATES:
             task.state = "lost"
             task.ended_at = now
-        task.released = True
+        task.released = task.released or release
     if not any(t.attempt == job.attempt for t in lost) or not JobState(job.state).active:
         return
     if _requeue(job):
