@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import base64
 import logging
+import os
 import threading
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,6 +34,12 @@ log = logging.getLogger("corral.agent")
 LOG_CHUNK = 512 * 1024  # bytes per task per sync
 MAX_BACKOFF = 5.0
 TaskKey = tuple[int, int, int]  # job id, attempt, rank
+SECRET_VARIABLES = ("CORRAL_TOKEN", "CORRAL_JOIN_TOKEN")
+
+
+def task_base_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The agent's environment without its credentials: tasks must not inherit them."""
+    return {k: v for k, v in environ.items() if k not in SECRET_VARIABLES}
 
 
 @dataclass
@@ -63,7 +71,9 @@ class Agent:
     def __post_init__(self) -> None:
         self._wake = threading.Event()
         self._stop = threading.Event()
-        self.supervisor = ProcessSupervisor(on_exit=lambda _key: self._wake.set())
+        self.supervisor = ProcessSupervisor(
+            on_exit=lambda _key: self._wake.set(), base_env=task_base_env(os.environ)
+        )
         self.tasks: dict[TaskKey, _Tracked] = {}
         self._token: str | None = None
         self._server_index = 0

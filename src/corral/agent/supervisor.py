@@ -20,7 +20,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -108,8 +108,14 @@ class ProcessSupervisor:
     Exceptions from ``on_exit`` are logged and swallowed.
     """
 
-    def __init__(self, on_exit: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        on_exit: Callable[[str], None] | None = None,
+        base_env: Mapping[str, str] | None = None,
+    ) -> None:
+        """``base_env``: the environment tasks start from (default: this process's)."""
         self._on_exit = on_exit
+        self._base_env = dict(os.environ if base_env is None else base_env)
         self._lock = threading.Lock()
         self._tasks: dict[str, _Task] = {}
         self._exited: list[str] = []  # keys whose on_exit is still due
@@ -205,7 +211,7 @@ class ProcessSupervisor:
                 proc = subprocess.Popen(
                     argv,
                     cwd=launch.workdir,
-                    env={**os.environ, **launch.env},
+                    env={**self._base_env, **launch.env},
                     stdin=subprocess.DEVNULL,
                     stdout=logfile,
                     stderr=subprocess.STDOUT,

@@ -450,3 +450,21 @@ def test_failing_on_exit_does_not_stop_the_reaper(tmp_path: Path) -> None:
     for key in ("a", "b"):
         sup.start(TaskLaunch(key, py("pass"), {}, None, tmp_path / f"{key}.log", grace_period=1.0))
     wait_for(lambda: sorted(seen) == ["a", "b"], what="both callbacks")
+
+
+def test_tasks_start_from_the_given_base_environment(tmp_path: Path) -> None:
+    from corral.agent.agent import task_base_env
+
+    base = task_base_env({"PATH": os.environ["PATH"], "CORRAL_JOIN_TOKEN": "s3", "KEEP": "1"})
+    assert base == {"PATH": os.environ["PATH"], "KEEP": "1"}
+    supervisor = ProcessSupervisor(base_env=base)
+    script = (
+        "import os; print(sorted(k for k in os.environ if k in ('KEEP', 'CORRAL_JOIN_TOKEN', 'X')))"
+    )
+    log = tmp_path / "t.log"
+    supervisor.start(TaskLaunch("k", [sys.executable, "-c", script], {"X": "2"}, None, log, 1.0))
+    deadline = time.monotonic() + 10
+    while supervisor.status("k").state is not TaskState.EXITED:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert log.read_text().strip() == "['KEEP', 'X']"
