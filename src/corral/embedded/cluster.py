@@ -159,6 +159,7 @@ class EmbeddedCluster:
                 f"a Corral cluster is already running from {self.home} "
                 f"(server {existing.server_url}); stop it with `corral down`"
             )
+        down(self.home)  # leftovers of a cluster whose server died: stop its agents
         (self.home / "logs").mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "CORRAL_HOME": str(self.home)}
         server_cmd = [
