@@ -217,3 +217,17 @@ def test_a_returning_agent_that_lost_the_process_frees_the_devices(server: Serve
     node.sync()  # it reports nothing: the old task is not running there
     placed(server, job.id)
     assert client.get(job.id).attempt == 1
+
+
+def test_fractional_jobs_share_one_device_and_whole_jobs_avoid_it(server: Server) -> None:
+    node = FakeHardwareAgent(server, "node-a", gpus=2)
+    client = server.client()
+    halves = [client.submit({"command": "x", "resources": {"gpus": 0.5}}).id for _ in range(2)]
+    whole = client.submit({"command": "x", "resources": {"gpus": 1}}).id
+    for job_id in [*halves, whole]:
+        placed(server, job_id)
+    tasks = {t["job_id"]: t["env"]["CUDA_VISIBLE_DEVICES"] for t in node.sync()["tasks"]}
+    assert tasks[halves[0]] == tasks[halves[1]] != tasks[whole]
+    shared = client.get(halves[0]).tasks[0]
+    assert shared.gpu_share == 0.5
+    assert client.nodes()[0].gpus_used == 2
