@@ -7,6 +7,8 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+import pytest
+
 from tests.e2e.cluster import LocalCluster
 
 RECORD = r"""
@@ -168,3 +170,21 @@ def test_failing_task_fails_the_job_and_stops_its_peers(cluster: LocalCluster) -
     wait_for(peers_stopped, 30, "the failed job's other tasks to be stopped")
     nodes = client.nodes()
     assert all(n.gpus_used == 0 for n in nodes)
+
+
+@pytest.mark.cluster_options(sync_interval=30.0, node_timeout=120.0)
+def test_work_reaches_agents_at_once_not_at_their_next_sync(cluster: LocalCluster) -> None:
+    """Agents long-poll a per-node change version, so with a 30 s sync interval a job
+    still starts, and a cancel still stops it, right away."""
+    from tests.e2e.cluster import wait_for
+
+    client = cluster.client()
+    job = client.submit({"command": ["sleep", "300"], "resources": {"gpus": 8}})
+
+    def running() -> bool:
+        tasks = client.get(job.id).tasks
+        return bool(tasks) and tasks[0].state == "running"
+
+    wait_for(running, 10, "the job to start well before the next sync")
+    client.cancel(job.id)
+    wait_for(lambda: client.get(job.id).tasks[0].state == "exited", 10, "the cancel to land")

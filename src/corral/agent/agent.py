@@ -33,6 +33,7 @@ from corral.schemas.agent import (
 log = logging.getLogger("corral.agent")
 LOG_CHUNK = 512 * 1024  # bytes per task per sync
 MAX_BACKOFF = 5.0
+WATCH_TIMEOUT = 30.0  # seconds one long-poll of /agent/watch may wait
 TaskKey = tuple[int, int, int]  # job id, attempt, rank
 SECRET_VARIABLES = ("CORRAL_TOKEN", "CORRAL_JOIN_TOKEN")
 
@@ -83,6 +84,7 @@ class Agent:
 
     def run(self) -> None:
         """Register and sync until :meth:`stop`; then stop every task (grace periods apply)."""
+        threading.Thread(target=self._watch, name="corral-agent-watch", daemon=True).start()
         backoff = 0.2
         with httpx.Client(transport=self.transport, timeout=10.0) as http:
             self.http = http
@@ -117,6 +119,35 @@ class Agent:
     def stop(self) -> None:
         self._stop.set()
         self._wake.set()
+
+    def _watch(self) -> None:
+        """Long-poll the node's change version; wake the sync loop when it moves, so that
+        placements, cancels and preemptions reach this node at once."""
+        since = -1
+        with httpx.Client(transport=self.transport, timeout=WATCH_TIMEOUT + 10) as http:
+            while not self._stop.is_set():
+                token = self._token
+                if token is None:
+                    self._stop.wait(0.2)
+                    continue
+                try:
+                    answer = http.get(
+                        f"{self._url}/api/v1/agent/watch",
+                        params={
+                            "node": self.settings.name,
+                            "since": since,
+                            "timeout": WATCH_TIMEOUT,
+                        },
+                        headers={"Authorization": f"Bearer {token}"},
+                    )
+                    answer.raise_for_status()
+                    version = int(answer.json()["version"])
+                except (httpx.HTTPError, ValueError, KeyError):
+                    self._stop.wait(1.0)  # the sync loop reports problems; retry quietly
+                    continue
+                if version != since:  # (the first answer too: a change may predate it)
+                    self._wake.set()
+                    since = version
 
     # -- protocol ------------------------------------------------------------------
 
@@ -212,6 +243,7 @@ class Agent:
         for key, task in desired.items():
             if key not in self.tasks:
                 self._start(key, task)
+                self._wake.set()  # report the start at once, not at the next interval
         for key, tracked in list(self.tasks.items()):
             if key in desired:
                 continue

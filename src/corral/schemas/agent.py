@@ -87,3 +87,7 @@ class SyncResponse(BaseModel):
     tasks: list[DesiredTask]
     acks: list[TaskAck]
     sync_interval: float
+
+
+class WatchResponse(BaseModel):
+    version: int  # pass it back as ``since``; a change means: sync now

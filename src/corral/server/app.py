@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from types import FrameType
 
 import uvicorn
 from fastapi import FastAPI
@@ -44,6 +46,7 @@ def create_app(ctx: Context, run_loop: bool = True) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        ctx.watch.bind(asyncio.get_running_loop())
         loop = ControlLoop(ctx) if run_loop else None
         if loop:
             loop.start()
@@ -81,4 +84,24 @@ def serve(settings: ServerSettings) -> None:
             "jobs start in strict priority order"
         )
     app = create_app(ctx)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning")
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level="warning",
+        timeout_graceful_shutdown=5,
+    )
+    _Server(config, on_exit=ctx.watch.close).run()
+
+
+class _Server(uvicorn.Server):
+    """Uvicorn that answers the agents' long-polls as soon as shutdown begins (a graceful
+    shutdown waits for open requests to finish)."""
+
+    def __init__(self, config: uvicorn.Config, on_exit: Callable[[], None]) -> None:
+        super().__init__(config)
+        self._on_exit = on_exit
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        self._on_exit()
+        super().handle_exit(sig, frame)

@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from corral.scheduling.config import SchedulerConfig
 from corral.scheduling.framework import Profile
 from corral.server.services.catalog import NodeCatalog
+from corral.server.watch import NodeWatch
 
 
 @dataclass
@@ -37,6 +38,7 @@ class Context:
     started_at: float = field(default_factory=time.time)
     wake_event: threading.Event = field(default_factory=threading.Event)
     catalog: NodeCatalog = field(default_factory=NodeCatalog)
+    watch: NodeWatch = field(default_factory=NodeWatch)
 
     def wake(self) -> None:
         """Ask the control loop for a scheduling cycle soon."""

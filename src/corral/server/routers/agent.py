@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Query
 
 from corral.errors import PermissionDeniedError
-from corral.schemas.agent import RegisterRequest, RegisterResponse, SyncRequest, SyncResponse
+from corral.schemas.agent import (
+    RegisterRequest,
+    RegisterResponse,
+    SyncRequest,
+    SyncResponse,
+    WatchResponse,
+)
 from corral.server.context import Context
 from corral.server.db.models import TokenRow
 from corral.server.deps import context, joiner, node_agent
@@ -33,3 +39,17 @@ def sync(
     if token.node != body.node:
         raise PermissionDeniedError(f"this node token belongs to {token.node}, not {body.node}")
     return NodeService(ctx).sync(body)
+
+
+@router.get("/watch", response_model=WatchResponse)
+async def watch(
+    node: str,
+    since: int = Query(-1, description="the version the agent last saw"),
+    timeout: float = Query(30.0, ge=0, le=300),
+    ctx: Context = Depends(context),
+    token: TokenRow = Depends(node_agent),
+) -> WatchResponse:
+    """Long-poll: returns once the node's work may have changed (then sync), or at timeout."""
+    if token.node != node:
+        raise PermissionDeniedError(f"this node token belongs to {token.node}, not {node}")
+    return WatchResponse(version=await ctx.watch.wait(node, since, timeout))

@@ -13,6 +13,7 @@ from corral.schemas.manifest import JobManifest
 from corral.server.context import Context
 from corral.server.db.models import EventRow, JobRow, LogChunkRow, TaskRow
 from corral.server.services.converters import job_out, spec_of
+from corral.server.services.notify import notify_jobs
 from corral.server.services.settle import FINAL_TASK_STATES
 from corral.server.services.transitions import move_job, record_submission
 
@@ -100,6 +101,7 @@ class JobService:
             if JobState(row.state).terminal:
                 raise ConflictError(f"job {job_id} already ended ({row.state})")
             move_job(session, row, JobState.CANCELLED, "cancelled by user", now)
+        notify_jobs(self.ctx, [job_id])
         self.ctx.wake()
         return self.get(job_id)
 
@@ -113,6 +115,7 @@ class JobService:
                     f"job {job_id} is {row.state}; only running jobs can be preempted"
                 )
             move_job(session, row, JobState.PREEMPTING, reason, now)
+        notify_jobs(self.ctx, [job_id])
         return self.get(job_id)
 
     def logs(

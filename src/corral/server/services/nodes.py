@@ -22,6 +22,7 @@ from corral.schemas.api import NodeOut
 from corral.server.context import Context
 from corral.server.db.models import JobRow, LogChunkRow, NodeRow, TaskRow
 from corral.server.services.converters import node_out, spec_of
+from corral.server.services.notify import notify_jobs
 from corral.server.services.settle import FINAL_TASK_STATES, lose_tasks, settle_job
 from corral.server.services.transitions import move_node
 
@@ -36,6 +37,7 @@ class NodeService:
         """Create or refresh a node. A new agent incarnation loses the old one's tasks."""
         now = self.ctx.clock()
         devices = [d.model_dump() for d in req.devices]
+        jobs: set[int] = set()
         with self.ctx.sessions.begin() as session:
             row = session.get(NodeRow, req.name)
             if row is None:
@@ -45,7 +47,7 @@ class NodeService:
                 session.add(row)
             elif row.agent_id != req.agent_id:
                 why = f"agent on {row.name} restarted"
-                self._lose_node_tasks(session, row.name, why, now, release=True)
+                jobs = self._lose_node_tasks(session, row.name, why, now, release=True)
             if row.state == NodeState.LOST.value:
                 move_node(session, row, NodeState.READY, "agent registered again", now)
             row.agent_id = req.agent_id
@@ -57,6 +59,7 @@ class NodeService:
             row.labels = dict(req.labels)
             row.free_ports = []
             row.last_heartbeat = now
+        notify_jobs(self.ctx, jobs, skip=req.name)
         self.ctx.catalog.invalidate()
         self.ctx.wake()
 
@@ -118,7 +121,7 @@ class NodeService:
                     task.log_size += len(data)
             if req.shutdown:
                 reason = f"agent on {node.name} shut down"
-                self._lose_node_tasks(session, node.name, reason, now, release=True)
+                touched |= self._lose_node_tasks(session, node.name, reason, now, release=True)
                 move_node(session, node, NodeState.LOST, reason, now)
                 woke = True
             woke |= self._release_vanished(session, req.node, keys)
@@ -136,6 +139,7 @@ class NodeService:
                 for key in sorted(keys)
             ]
             desired = self._desired(session, node)
+        notify_jobs(self.ctx, touched, skip=req.node)  # e.g. a failed task's peers must stop
         if woke:
             self.ctx.wake()
         return SyncResponse(tasks=desired, acks=acks, sync_interval=self.ctx.settings.sync_interval)
@@ -223,7 +227,7 @@ class NodeService:
         deadline = now - self.ctx.settings.node_timeout
         if self.ctx.started_at > deadline:
             return []
-        lost = []
+        lost, jobs = [], set()
         with self.ctx.sessions.begin() as session:
             stale = session.scalars(
                 select(NodeRow).where(
@@ -234,14 +238,18 @@ class NodeService:
                 silent = now - max(node.last_heartbeat, self.ctx.started_at)
                 move_node(session, node, NodeState.LOST, f"no heartbeat for {silent:.0f}s", now)
                 why = f"node {node.name} lost"
-                self._lose_node_tasks(session, node.name, why, now, release=False)
+                jobs |= self._lose_node_tasks(session, node.name, why, now, release=False)
                 lost.append(node.name)
         if lost:
+            notify_jobs(self.ctx, jobs)
             self.ctx.wake()
         return lost
 
     @staticmethod
-    def _lose_node_tasks(session: Session, node: str, why: str, now: float, release: bool) -> None:
+    def _lose_node_tasks(
+        session: Session, node: str, why: str, now: float, release: bool
+    ) -> set[int]:
+        """Lose every task still held on ``node``; returns the ids of their jobs."""
         held = list(
             session.scalars(
                 select(TaskRow).where(TaskRow.node == node, TaskRow.released.is_(False))
@@ -254,6 +262,7 @@ class NodeService:
             job = session.get(JobRow, job_id)
             if job is not None:
                 lose_tasks(session, job, tasks, why, now, release)
+        return set(by_job)
 
     @staticmethod
     def _settle(session: Session, job_id: int, now: float) -> None:

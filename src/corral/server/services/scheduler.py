@@ -19,6 +19,7 @@ from corral.scheduling.cycle import ClusterState, Decisions, schedule
 from corral.server.context import Context
 from corral.server.db.models import JobRow, NodeRow, TaskRow
 from corral.server.services.converters import allocations_of, job_of, node_of
+from corral.server.services.notify import notify_jobs
 from corral.server.services.transitions import move_job, record
 
 DEFAULT_MASTER_PORT = 29500
@@ -45,6 +46,7 @@ def run_cycle(ctx: Context) -> CycleResult:
         decisions = schedule(state, [job_of(r) for r in pending_rows], ctx.config, now, ctx.profile)
         ports = _ports_in_use(session, held)
         placed = _apply(session, decisions, {r.id: r for r in pending_rows}, node_rows, ports, now)
+    ctx.watch.bump({node for alloc in decisions.placements for node in alloc.nodes})
     return CycleResult(placed, len(pending_rows) - placed, ctx.clock() - now)
 
 
@@ -161,4 +163,5 @@ def enforce_time_limits(ctx: Context) -> list[int]:
             limit = format_duration(job.time_limit)
             move_job(session, job, JobState.FAILED, f"time limit {limit} exceeded", now)
             ended.append(job.id)
+    notify_jobs(ctx, ended)
     return ended
