@@ -28,3 +28,13 @@ def test_example_scheduler_config() -> None:
     config = load_config((EXAMPLES / "scheduler.yaml").read_text())
     assert [q.name for q in config.queues] == ["default", "team-a", "team-b"]
     assert config.policy.interval == 10
+
+
+def test_example_sim_workload_runs_on_the_example_cluster() -> None:
+    from corral.sim.engine import simulate
+    from corral.sim.jobs_file import load_jobs
+
+    workload = load_jobs((EXAMPLES / "jobs.yaml").read_text())
+    nodes = load_cluster((EXAMPLES / "cluster.yaml").read_text()).to_nodes()
+    result = simulate(nodes, workload)
+    assert len(result.jobs) == 40 and {j.state.value for j in result.jobs} == {"completed"}

@@ -1,0 +1,317 @@
+"""The discrete-event simulator: a virtual clock and an event queue around the unmodified
+production scheduler (``corral.scheduling.cycle.schedule``).
+
+Events are job arrivals, completions, time limits, and node failures and recoveries. After
+every batch of simultaneous events the simulator runs one scheduling cycle, exactly as the
+control loop does when it is woken, and applies the decisions: placements start jobs,
+preemptions stop them (losing the work since their last checkpoint) and requeue them. The
+scheduler cannot tell it is simulated: it gets the same snapshot and returns the same
+decisions as in the server. Deterministic: the same inputs give the same result.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from enum import IntEnum
+
+from corral.core.allocation import Allocation
+from corral.core.job import Job, JobState
+from corral.core.node import Node, NodeState
+from corral.errors import ValidationError
+from corral.scheduling.config import SchedulerConfig
+from corral.scheduling.cycle import ClusterState, Decisions, schedule
+from corral.scheduling.feasibility import never_fits, node_shapes
+from corral.scheduling.framework import NodeRequest, Profile
+from corral.scheduling.plugins.filters import fits_free
+from corral.scheduling.registry import build_profile
+from corral.scheduling.snapshot import Snapshot
+from corral.sim.result import JobRecord, Outcome, Sample, SimResult, TaskPlace
+from corral.sim.workload import NodeEventKind, SimJob, Workload
+
+FRAGMENTATION_SAMPLES = 2000  # at most this many fragmentation measurements per run
+FRAGMENTATION_SHAPES = 16  # the most common pending request shapes it considers
+
+
+class _Kind(IntEnum):  # order of simultaneous events: ends free resources first
+    FINISH = 0
+    TIME_LIMIT = 1
+    NODE_FAIL = 2
+    NODE_RECOVER = 3
+    ARRIVAL = 4
+
+
+@dataclass
+class _Run:
+    """A job's mutable simulation state."""
+
+    job: SimJob
+    core: Job
+    gpus: float
+    done: float = 0.0  # seconds of work kept (checkpointed) from earlier attempts
+    started: float | None = None  # start of the current attempt
+    first_start: float | None = None
+    end: float | None = None
+    outcome: Outcome | None = None
+    reason: str | None = None
+    preemptions: int = 0
+    lost_gpu_seconds: float = 0.0
+    allocation: Allocation | None = None
+    placement: tuple[TaskPlace, ...] = ()
+
+    @property
+    def remaining(self) -> float:
+        return max(0.0, self.job.duration - self.done)
+
+
+@dataclass
+class Simulator:
+    nodes: Sequence[Node]
+    workload: Workload
+    config: SchedulerConfig = field(default_factory=SchedulerConfig)
+    profile: Profile | None = None
+    config_name: str = "default"
+    seed: int = 0
+    progress: Callable[[int, int], None] | None = None  # (jobs ended, jobs total)
+
+    def __post_init__(self) -> None:
+        if not self.nodes:
+            raise ValidationError("the simulated cluster has no nodes")
+        names = [n.name for n in self.nodes]
+        if len(set(names)) != len(names):
+            raise ValidationError("the simulated cluster declares a node twice")
+        self.profile = self.profile or build_profile(self.config)
+        self._nodes = {n.name: replace(n, state=NodeState.READY) for n in self.nodes}
+        self._capacity = float(sum(len(n.devices) for n in self.nodes))
+        self._events: list[tuple[float, int, int, object]] = []
+        self._seq = 0
+        self._runs: list[_Run] = []
+        self._pending: dict[int, _Run] = {}  # job id -> run, in arrival order
+        self._running: dict[int, _Run] = {}
+        self._allocated = 0.0
+        self._samples: list[Sample] = []
+        self._ended = 0
+        self._shapes = node_shapes(self.nodes)
+        span = max((j.submit_time for j in self.workload.jobs), default=0.0)
+        self._frag_period = span / FRAGMENTATION_SAMPLES if span > 0 else 0.0
+        self._last_frag_at = -math.inf
+        self._last_frag = 0.0
+
+    # -- driving -------------------------------------------------------------------
+
+    def run(self) -> SimResult:
+        for index, job in enumerate(self.workload.jobs, start=1):
+            self._push(job.submit_time, _Kind.ARRIVAL, index)
+        for event in self.workload.node_events:
+            if event.node not in self._nodes:
+                raise ValidationError(f"node event for unknown node {event.node!r}")
+            kind = _Kind.NODE_FAIL if event.kind is NodeEventKind.FAIL else _Kind.NODE_RECOVER
+            self._push(event.time, kind, event.node)
+        total = len(self.workload.jobs)
+        while self._events:
+            now = self._events[0][0]
+            changed = False
+            while self._events and self._events[0][0] == now:
+                _, kind, _, payload = heapq.heappop(self._events)
+                changed |= self._handle(_Kind(kind), payload, now)
+            if changed:
+                self._cycle(now)
+                if self.progress:
+                    self.progress(self._ended, total)
+        for run in [*self._pending.values(), *self._running.values()]:
+            run.outcome, run.reason = Outcome.UNFINISHED, run.reason or "never started"
+        return SimResult(
+            jobs=tuple(self._record(r) for r in self._runs),
+            samples=tuple(self._samples),
+            capacity_gpus=self._capacity,
+            config_name=self.config_name,
+            seed=self.seed,
+        )
+
+    def _push(self, time: float, kind: _Kind, payload: object) -> None:
+        self._seq += 1
+        heapq.heappush(self._events, (time, int(kind), self._seq, payload))
+
+    # -- events --------------------------------------------------------------------
+
+    def _handle(self, kind: _Kind, payload: object, now: float) -> bool:
+        if kind is _Kind.ARRIVAL:
+            return self._arrive(self.workload.jobs[int(payload) - 1], int(payload), now)
+        if kind in (_Kind.FINISH, _Kind.TIME_LIMIT):
+            job_id, attempt = payload  # type: ignore[misc]
+            run = self._running.get(job_id)
+            if run is None or run.core.attempt != attempt:
+                return False  # stale: the attempt was stopped earlier
+            if kind is _Kind.FINISH:
+                self._stop(run, now, Outcome.COMPLETED, None, lose=False)
+            else:
+                limit = run.job.spec.time_limit or 0.0
+                self._stop(run, now, Outcome.FAILED, f"time limit {limit:g}s exceeded", lose=True)
+            return True
+        name = str(payload)
+        state = NodeState.LOST if kind is _Kind.NODE_FAIL else NodeState.READY
+        self._nodes[name] = replace(self._nodes[name], state=state)
+        if kind is _Kind.NODE_FAIL:
+            for run in list(self._running.values()):
+                if run.allocation and name in run.allocation.nodes:
+                    self._interrupt(run, now, f"node {name} failed")
+        return True
+
+    def _arrive(self, job: SimJob, job_id: int, now: float) -> bool:
+        try:
+            priority, preemptible = self.config.resolve_priority(
+                job.spec.priority, job.spec.preemptible
+            )
+            refused = never_fits(job.spec, self._shapes, self.config)
+        except ValidationError as exc:
+            refused, priority, preemptible = exc.message, 0, True
+        core = Job(job_id, job.spec, JobState.PENDING, priority, preemptible, job.submit_time)
+        run = _Run(job, core, job.spec.total_gpus)
+        self._runs.append(run)
+        if refused:
+            run.outcome, run.reason, run.end = Outcome.REFUSED, refused, now
+            self._ended += 1
+            return False
+        self._pending[job_id] = run
+        return True
+
+    def _start(self, run: _Run, alloc: Allocation, now: float) -> None:
+        del self._pending[run.core.id]
+        self._running[run.core.id] = run
+        run.core = replace(run.core, state=JobState.RUNNING)
+        run.allocation, run.started = alloc, now
+        run.first_start = now if run.first_start is None else run.first_start
+        run.placement = tuple(TaskPlace(t.node, t.gpus) for t in alloc.tasks)
+        self._allocated += run.gpus
+        self._push(now + run.remaining, _Kind.FINISH, (run.core.id, run.core.attempt))
+        if run.job.spec.time_limit:
+            self._push(
+                now + run.job.spec.time_limit, _Kind.TIME_LIMIT, (run.core.id, run.core.attempt)
+            )
+
+    def _stop(
+        self, run: _Run, now: float, outcome: Outcome | None, why: str | None, lose: bool
+    ) -> None:
+        """End the current attempt: done (``outcome``) or back to pending (None)."""
+        del self._running[run.core.id]
+        self._allocated -= run.gpus
+        progress = 0.0 if run.started is None else now - run.started
+        if lose:
+            total = run.done + progress
+            interval = run.job.checkpoint_interval
+            kept = math.floor(total / interval) * interval if interval else 0.0
+            run.lost_gpu_seconds += (total - kept) * run.gpus
+            run.done = kept
+        else:
+            run.done += progress
+        run.allocation, run.started = None, None
+        if outcome is None:
+            run.core = replace(run.core, state=JobState.PENDING, attempt=run.core.attempt + 1)
+            self._pending[run.core.id] = run
+            run.reason = why
+            return
+        run.outcome, run.reason, run.end = outcome, why, now
+        self._ended += 1
+
+    def _interrupt(self, run: _Run, now: float, why: str) -> None:
+        """Preemption or node loss: lose the work since the last checkpoint, requeue or fail."""
+        run.preemptions += 1
+        if run.job.spec.requeue:
+            self._stop(run, now, None, f"{why}; requeued", lose=True)
+        else:
+            self._stop(run, now, Outcome.FAILED, f"{why}; requeue is false", lose=True)
+
+    # -- scheduling ----------------------------------------------------------------
+
+    def _cycle(self, now: float) -> None:
+        if self._pending:
+            state = ClusterState(
+                nodes=tuple(self._nodes.values()),
+                allocations=tuple(r.allocation for r in self._running.values() if r.allocation),
+            )
+            pending = [r.core for r in self._pending.values()]
+            decisions = schedule(state, pending, self.config, now, self.profile)
+            self._apply(decisions, now)
+        self._sample(now)
+
+    def _apply(self, decisions: Decisions, now: float) -> None:
+        for job_id, why in decisions.preemptions:
+            run = self._running.get(job_id)
+            if run is not None:
+                self._interrupt(run, now, why)
+        for alloc in decisions.placements:
+            run = self._pending.get(alloc.job_id)
+            if run is not None and run.core.attempt == alloc.attempt:
+                self._start(run, alloc, now)
+        for job_id, pend in decisions.pending.items():
+            run = self._pending.get(job_id)
+            if run is not None:
+                run.reason = pend.reason
+
+    def _sample(self, now: float) -> None:
+        if now - self._last_frag_at >= self._frag_period:
+            self._last_frag, self._last_frag_at = self._fragmentation(), now
+        sample = Sample(
+            time=now,
+            allocated_gpus=round(self._allocated, 6),
+            pending_jobs=len(self._pending),
+            running_jobs=len(self._running),
+            fragmented_gpus=self._last_frag,
+        )
+        if self._samples and self._samples[-1].time == now:
+            self._samples[-1] = sample
+        else:
+            self._samples.append(sample)
+
+    def _fragmentation(self) -> float:
+        """Free GPUs (on ready nodes) that none of the common pending requests could use."""
+        if not self._pending:
+            return 0.0
+        counts: dict[NodeRequest, int] = {}
+        for run in self._pending.values():
+            request = NodeRequest.of(run.job.spec, self.config.queue_placement(run.job.spec.queue))
+            counts[request] = counts.get(request, 0) + 1
+        shapes = sorted(counts, key=counts.__getitem__, reverse=True)[:FRAGMENTATION_SHAPES]
+        snapshot = Snapshot.build(
+            self._nodes.values(), [r.allocation for r in self._running.values() if r.allocation]
+        )
+        stranded = 0.0
+        for view in snapshot.views():
+            free = len(view.node.devices) - view.used_gpus
+            if free <= 0 or not view.node.state.schedulable:
+                continue
+            if not any(fits_free(request, view) is None for request in shapes):
+                stranded += free
+        return stranded
+
+    def _record(self, run: _Run) -> JobRecord:
+        return JobRecord(
+            name=run.job.name,
+            queue=run.job.spec.queue,
+            submit_time=run.job.submit_time,
+            start_time=run.first_start,
+            end_time=run.end,
+            state=run.outcome or Outcome.UNFINISHED,
+            gpus=run.gpus,
+            run_time=run.job.duration,
+            preemptions=run.preemptions,
+            lost_gpu_seconds=run.lost_gpu_seconds,
+            placement=run.placement,
+            reason=run.reason,
+        )
+
+
+def simulate(
+    nodes: Sequence[Node],
+    workload: Workload,
+    config: SchedulerConfig | None = None,
+    config_name: str = "default",
+    seed: int = 0,
+    progress: Callable[[int, int], None] | None = None,
+) -> SimResult:
+    """Run ``workload`` on ``nodes`` with the production scheduler under ``config``."""
+    return Simulator(
+        nodes, workload, config or SchedulerConfig(), None, config_name, seed, progress
+    ).run()

@@ -1,0 +1,93 @@
+"""The simulator's jobs file (SPEC section 5): a YAML or JSON list of manifests, each with
+``submit_time`` and ``duration`` (seconds, or strings such as ``15m``) and optionally
+``checkpoint_interval``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from corral.core.units import parse_duration
+from corral.errors import ValidationError
+from corral.schemas.manifest import parse_manifest
+from corral.sim.workload import NodeEvent, NodeEventKind, SimJob, Workload
+
+SIM_KEYS = ("submit_time", "duration", "checkpoint_interval")
+PLACEHOLDER_COMMAND = "simulated"
+
+
+def load_jobs(text: str, source: str = "jobs file") -> Workload:
+    """Parse and validate a jobs file; errors name the entry and the field."""
+    try:
+        data: Any = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ValidationError(f"{source}: not valid YAML or JSON: {exc}") from None
+    events: Any = []
+    if isinstance(data, dict):
+        unknown = sorted(set(data) - {"jobs", "node_events"})
+        if unknown:
+            raise ValidationError(f"{source}: unknown keys {unknown} (expected jobs, node_events)")
+        events, data = data.get("node_events") or [], data.get("jobs")
+    if not isinstance(data, list):
+        raise ValidationError(f"{source}: expected a list of jobs (or a mapping with jobs:)")
+    jobs = [_job(entry, i, source) for i, entry in enumerate(data)]
+    names = [j.name for j in jobs]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ValidationError(f"{source}: job names must be unique; repeated: {', '.join(dupes)}")
+    jobs.sort(key=lambda j: (j.submit_time, j.name))
+    if not isinstance(events, list):
+        raise ValidationError(f"{source}: node_events: expected a list")
+    node_events = sorted(
+        (_node_event(e, i, source) for i, e in enumerate(events)), key=lambda e: e.time
+    )
+    return Workload(jobs=tuple(jobs), node_events=tuple(node_events), source=source)
+
+
+def _node_event(entry: Any, index: int, source: str) -> NodeEvent:
+    """``{time: 1h, node: gpu-03, kind: fail}`` (kind: fail or recover)."""
+    where = f"{source}: node_events.{index}"
+    if not isinstance(entry, dict) or set(entry) != {"time", "node", "kind"}:
+        raise ValidationError(f"{where}: expected {{time, node, kind: fail|recover}}")
+    try:
+        return NodeEvent(
+            parse_duration(entry["time"]), str(entry["node"]), NodeEventKind(entry["kind"])
+        )
+    except ValueError as exc:
+        raise ValidationError(f"{where}: {exc}") from None
+
+
+def _job(entry: Any, index: int, source: str) -> SimJob:
+    where = f"{source}: job {index}"
+    if not isinstance(entry, dict):
+        raise ValidationError(f"{where}: expected a mapping")
+    manifest = {k: v for k, v in entry.items() if k not in SIM_KEYS}
+    name = str(manifest.setdefault("name", f"job-{index}"))
+    where = f"{source}: job {index} ({name})"
+    manifest.setdefault("command", PLACEHOLDER_COMMAND)
+    times: dict[str, float | None] = {}
+    for key in SIM_KEYS:
+        value = entry.get(key)
+        if value is None:
+            if key != "checkpoint_interval":
+                raise ValidationError(f"{where}: {key}: field required")
+            times[key] = None
+            continue
+        try:
+            times[key] = parse_duration(value)
+        except ValueError as exc:
+            raise ValidationError(f"{where}: {key}: {exc}") from None
+    if times["checkpoint_interval"] is not None and times["checkpoint_interval"] <= 0:
+        raise ValidationError(f"{where}: checkpoint_interval: must be positive")
+    try:
+        spec = parse_manifest(manifest).to_spec()
+    except ValidationError as exc:
+        raise ValidationError(f"{where}: {exc.message.removeprefix('manifest: ')}") from None
+    return SimJob(
+        name=name,
+        spec=spec,
+        submit_time=float(times["submit_time"] or 0.0),
+        duration=float(times["duration"] or 0.0),
+        checkpoint_interval=times["checkpoint_interval"],
+    )

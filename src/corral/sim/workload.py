@@ -1,0 +1,51 @@
+"""What the simulator replays: jobs with submit times and true durations, and a cluster.
+
+Built from a jobs file (SPEC section 5) by ``corral.sim.jobs_file`` or from a public trace
+by a reader in ``corral.sim.traces``. Pure data: no I/O here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from corral.core.job import JobSpec
+from corral.core.node import Node
+
+
+@dataclass(frozen=True)
+class SimJob:
+    """One job of a workload.
+
+    ``duration``: seconds the job runs once started, if never interrupted.
+    ``checkpoint_interval``: seconds between checkpoints; a preempted job loses the work
+    done since its last one (None: it restarts from zero).
+    """
+
+    name: str
+    spec: JobSpec
+    submit_time: float
+    duration: float
+    checkpoint_interval: float | None = None
+
+
+class NodeEventKind(StrEnum):
+    FAIL = "fail"
+    RECOVER = "recover"
+
+
+@dataclass(frozen=True)
+class NodeEvent:
+    time: float
+    node: str
+    kind: NodeEventKind
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Jobs sorted by submit time; ``nodes`` when the trace comes with its own cluster."""
+
+    jobs: tuple[SimJob, ...]
+    nodes: tuple[Node, ...] | None = None
+    node_events: tuple[NodeEvent, ...] = ()
+    source: str = ""

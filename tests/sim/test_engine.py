@@ -1,0 +1,158 @@
+"""The simulator on small workloads whose schedule is known exactly."""
+
+from __future__ import annotations
+
+import pytest
+
+from corral.errors import ValidationError
+from corral.schemas.cluster import load_cluster
+from corral.schemas.config import load_config
+from corral.sim.engine import simulate
+from corral.sim.jobs_file import load_jobs
+from corral.sim.result import Outcome
+
+TWO_NODES = "nodes:\n  - name: 'n{0..1}'\n    gpus: {count: 8, model: H100}\n"
+
+
+def run(jobs_yaml: str, cluster: str = TWO_NODES, config: str | None = None):
+    nodes = load_cluster(cluster).to_nodes()
+    return simulate(nodes, load_jobs(jobs_yaml), load_config(config))
+
+
+def times(result) -> dict[str, tuple]:
+    return {j.name: (j.state.value, j.start_time, j.end_time) for j in result.jobs}
+
+
+def test_fifo_order_and_a_gang_waiting_for_whole_nodes() -> None:
+    result = run(
+        "- {name: a, submit_time: 0, duration: 100, resources: {gpus: 8}}\n"
+        "- {name: b, submit_time: 0, duration: 50, resources: {gpus: 8}}\n"
+        "- {name: gang, submit_time: 10, duration: 30, nodes: 2, resources: {gpus: 8}}\n"
+        "- {name: small, submit_time: 20, duration: 10, resources: {gpus: 1}}\n"
+    )
+    assert times(result) == {
+        "a": ("completed", 0.0, 100.0),
+        "b": ("completed", 0.0, 50.0),
+        # the gang needs both nodes whole: it starts when a ends
+        "gang": ("completed", 100.0, 130.0),
+        # strict priority order: the small job waits behind the gang (no backfill)
+        "small": ("completed", 130.0, 140.0),
+    }
+    placement = next(j for j in result.jobs if j.name == "gang").placement
+    assert [p.node for p in placement] == ["n0", "n1"] and all(len(p.gpus) == 8 for p in placement)
+
+
+def test_priority_goes_first_and_binpacking_keeps_a_node_whole() -> None:
+    result = run(
+        "- {name: hold, submit_time: 0, duration: 10, resources: {gpus: 4}}\n"
+        "- {name: low, submit_time: 1, duration: 10, priority: low, resources: {gpus: 8}}\n"
+        "- {name: high, submit_time: 1, duration: 10, priority: high, resources: {gpus: 4}}\n"
+    )
+    got = times(result)
+    # high (4 GPUs) packs beside hold on the same node, low takes the other node whole
+    assert got["high"] == ("completed", 1.0, 11.0)
+    assert got["low"] == ("completed", 1.0, 11.0)
+    nodes = {j.name: j.placement[0].node for j in result.jobs}
+    assert nodes["high"] == nodes["hold"] != nodes["low"]
+
+
+def test_jobs_that_never_fit_are_refused_as_the_server_does() -> None:
+    result = run(
+        "- {name: huge, submit_time: 0, duration: 10, resources: {gpus: 9}}\n"
+        "- {name: nowhere, submit_time: 0, duration: 10, queue: missing}\n"
+    )
+    states = {j.name: (j.state, j.reason) for j in result.jobs}
+    assert states["huge"][0] is Outcome.REFUSED and "can never fit" in states["huge"][1]
+    assert states["nowhere"][0] is Outcome.REFUSED and "unknown queue" in states["nowhere"][1]
+
+
+def test_time_limits_end_jobs() -> None:
+    result = run(
+        "- {name: slow, submit_time: 0, duration: 1h, time_limit: 30m, resources: {gpus: 1}}\n"
+    )
+    assert times(result)["slow"] == ("failed", 0.0, 1800.0)
+    assert "time limit" in result.jobs[0].reason
+
+
+CHECKPOINTED = (
+    "jobs:\n"
+    "  - {name: ckpt, submit_time: 0, duration: 100, checkpoint_interval: 30,"
+    " resources: {gpus: 8}}\n"
+    "  - {name: plain, submit_time: 0, duration: 100, resources: {gpus: 8}}\n"
+    "node_events:\n"
+    "  - {time: 70, node: n0, kind: fail}\n"
+    "  - {time: 70, node: n1, kind: fail}\n"
+    "  - {time: 80, node: n0, kind: recover}\n"
+    "  - {time: 80, node: n1, kind: recover}\n"
+)
+
+
+def test_node_failure_loses_work_since_the_last_checkpoint() -> None:
+    result = run(CHECKPOINTED)
+    jobs = {j.name: j for j in result.jobs}
+    # ckpt kept 60 s of work (checkpoints at 30 and 60): 40 s left after restarting at 80
+    assert (jobs["ckpt"].start_time, jobs["ckpt"].end_time) == (0.0, 120.0)
+    assert jobs["ckpt"].lost_gpu_seconds == pytest.approx(10 * 8)
+    # plain restarts from zero
+    assert jobs["plain"].end_time == 180.0
+    assert jobs["plain"].lost_gpu_seconds == pytest.approx(70 * 8)
+    assert jobs["ckpt"].preemptions == jobs["plain"].preemptions == 1
+
+
+def test_a_job_that_does_not_requeue_fails_with_its_node() -> None:
+    result = run(
+        "jobs:\n  - {name: fragile, submit_time: 0, duration: 100, requeue: false,"
+        " resources: {gpus: 8}}\n"
+        "node_events:\n  - {time: 5, node: n0, kind: fail}\n"
+    )
+    assert result.jobs[0].state is Outcome.FAILED and "n0 failed" in result.jobs[0].reason
+
+
+def test_work_that_can_never_start_is_left_unfinished() -> None:
+    result = run(
+        "jobs:\n  - {name: gang, submit_time: 10, duration: 5, nodes: 2, resources: {gpus: 8}}\n"
+        "node_events:\n  - {time: 0, node: n1, kind: fail}\n"
+    )
+    assert result.jobs[0].state is Outcome.UNFINISHED
+
+
+def test_same_inputs_give_the_same_result() -> None:
+    workload = "".join(
+        f"- {{name: j{i}, submit_time: {i % 7}, duration: {10 + i % 5},"
+        f" resources: {{gpus: {1 + i % 8}}}}}\n"
+        for i in range(60)
+    )
+    assert run(workload) == run(workload)
+
+
+def test_samples_trace_allocation_over_time() -> None:
+    result = run(
+        "- {name: a, submit_time: 0, duration: 10, resources: {gpus: 8}}\n"
+        "- {name: b, submit_time: 5, duration: 10, resources: {gpus: 4}}\n"
+    )
+    assert [(s.time, s.allocated_gpus, s.running_jobs) for s in result.samples] == [
+        (0.0, 8.0, 1),
+        (5.0, 12.0, 2),
+        (10.0, 4.0, 1),
+        (15.0, 0.0, 0),
+    ]
+    assert result.capacity_gpus == 16
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("- {name: a, duration: 5}\n", "submit_time: field required"),
+        ("- {name: a, submit_time: 0, duration: soon}\n", "duration"),
+        ("- {name: a, submit_time: 0, duration: 5, gpuz: 1}\n", "gpuz: unknown field"),
+        (
+            "- {name: a, submit_time: 0, duration: 5}\n- {name: a, submit_time: 1, duration: 5}\n",
+            "unique",
+        ),
+        ("{jobs: [], extra: 1}\n", "unknown keys"),
+        ("jobs: []\nnode_events: [{time: 1, node: n0, kind: explode}]\n", "node_events.0"),
+    ],
+)
+def test_bad_jobs_files_are_refused_with_the_entry_and_field(text: str, message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        load_jobs(text)
