@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import cached_property
+
+from corral.core.resources import model_matches
 
 
 class NodeState(StrEnum):
@@ -46,9 +49,24 @@ class Node:
     def gpu_count(self) -> int:
         return len(self.devices)
 
-    @property
+    @cached_property
     def label_map(self) -> dict[str, str]:
+        """Labels as a mapping (computed once per node object; do not mutate)."""
         return dict(self.labels)
+
+    def capacity(self, model: str | None) -> int:
+        """Devices (not in MIG mode) whose model matches ``model``: memoized per node."""
+        cache = self._capacity_cache
+        count = cache.get(model)
+        if count is None:
+            count = cache[model] = sum(
+                1 for d in self.devices if not d.mig and model_matches(d.model, model)
+            )
+        return count
+
+    @cached_property
+    def _capacity_cache(self) -> dict[str | None, int]:
+        return {}
 
     @property
     def models(self) -> frozenset[str]:

@@ -27,10 +27,17 @@ from corral.scheduling.snapshot import NodeView, Snapshot
 
 @dataclass(frozen=True)
 class ClusterState:
-    """What the scheduler is given: nodes, and every allocation that holds resources."""
+    """What the scheduler is given: nodes, and every allocation that holds resources.
+
+    ``snapshot``, when given, is a caller-maintained working copy of the same state (kept
+    in step between cycles with ``assume``/``release``/``set_node``) used instead of
+    building one from ``nodes`` and ``allocations``; the cycle assumes its placements in
+    it, so a caller that applies every placement can keep using it.
+    """
 
     nodes: tuple[Node, ...]
     allocations: tuple[Allocation, ...] = ()
+    snapshot: Snapshot | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -56,8 +63,10 @@ def schedule(
 ) -> Decisions:
     """Decide which pending jobs start now and where. Pure: no I/O, no clock but ``now``."""
     profile = profile or build_profile(config)
-    snapshot = Snapshot.build(state.nodes, state.allocations)
-    evaluator = NodeEvaluator(profile)
+    snapshot = state.snapshot or Snapshot.build(state.nodes, state.allocations)
+    evaluator = snapshot.caches.get(profile)
+    if not isinstance(evaluator, NodeEvaluator):  # memo of filter/score results, see there
+        evaluator = snapshot.caches[profile] = NodeEvaluator(profile)
     order = sorted(pending, key=profile.queue_sort.sort_key)
     placements: list[Allocation] = []
     reasons: dict[int, PendingReason] = {}

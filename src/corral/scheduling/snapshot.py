@@ -30,7 +30,6 @@ class NodeView:
         "version",
         "labels",
         "_position",
-        "_matching",
     )
 
     def __init__(self, node: Node) -> None:
@@ -42,7 +41,6 @@ class NodeView:
         self.version = 0
         self.labels = node.label_map
         self._position = {d.index: i for i, d in enumerate(node.devices)}
-        self._matching: dict[str | None, int] = {}
 
     @property
     def name(self) -> str:
@@ -75,11 +73,7 @@ class NodeView:
 
     def matching(self, model: str | None = None) -> int:
         """Number of devices (busy or not) whose model matches: the node's capacity."""
-        count = self._matching.get(model)
-        if count is None:
-            count = sum(1 for d in self.node.devices if not d.mig and model_matches(d.model, model))
-            self._matching[model] = count
-        return count
+        return self.node.capacity(model)
 
     @property
     def used_gpus(self) -> float:
@@ -107,6 +101,9 @@ class Snapshot:
     def __init__(self, nodes: Iterable[Node]) -> None:
         self.nodes: dict[str, NodeView] = {n.name: NodeView(n) for n in nodes}
         self._views = list(self.nodes.values())
+        # Memos that stay valid as long as this snapshot (keyed by their owner, e.g. the
+        # cycle's per-profile evaluator, which relies on NodeView.version).
+        self.caches: dict[object, object] = {}
 
     @classmethod
     def build(cls, nodes: Iterable[Node], allocations: Iterable[Allocation]) -> Snapshot:
@@ -114,6 +111,18 @@ class Snapshot:
         for alloc in allocations:
             snapshot.assume(alloc)
         return snapshot
+
+    def set_node(self, node: Node) -> None:
+        """Replace a node's description (its state, say), keeping what is allocated on it.
+
+        The devices must be the same ones; use a new snapshot when they change.
+        """
+        view = self.nodes[node.name]
+        if view.node.devices != node.devices:
+            raise ValueError(f"node {node.name}: devices changed; build a new snapshot")
+        view.node = node
+        view.labels = node.label_map
+        view.version += 1
 
     def views(self) -> Sequence[NodeView]:
         """Every node, in a stable order (do not mutate the sequence)."""

@@ -84,6 +84,8 @@ class Simulator:
             raise ValidationError("the simulated cluster declares a node twice")
         self.profile = self.profile or build_profile(self.config)
         self._nodes = {n.name: replace(n, state=NodeState.READY) for n in self.nodes}
+        # The scheduler's working copy, kept in step between cycles (see ClusterState).
+        self._snapshot = Snapshot(self._nodes.values())
         self._capacity = float(sum(len(n.devices) for n in self.nodes))
         self._events: list[tuple[float, int, int, object]] = []
         self._seq = 0
@@ -153,6 +155,7 @@ class Simulator:
         name = str(payload)
         state = NodeState.LOST if kind is _Kind.NODE_FAIL else NodeState.READY
         self._nodes[name] = replace(self._nodes[name], state=state)
+        self._snapshot.set_node(self._nodes[name])
         if kind is _Kind.NODE_FAIL:
             for run in list(self._running.values()):
                 if run.allocation and name in run.allocation.nodes:
@@ -197,6 +200,8 @@ class Simulator:
         """End the current attempt: done (``outcome``) or back to pending (None)."""
         del self._running[run.core.id]
         self._allocated -= run.gpus
+        if run.allocation is not None:
+            self._snapshot.release(run.allocation)
         progress = 0.0 if run.started is None else now - run.started
         if lose:
             total = run.done + progress
@@ -227,10 +232,7 @@ class Simulator:
 
     def _cycle(self, now: float) -> None:
         if self._pending:
-            state = ClusterState(
-                nodes=tuple(self._nodes.values()),
-                allocations=tuple(r.allocation for r in self._running.values() if r.allocation),
-            )
+            state = ClusterState(nodes=tuple(self._nodes.values()), snapshot=self._snapshot)
             pending = [r.core for r in self._pending.values()]
             decisions = schedule(state, pending, self.config, now, self.profile)
             self._apply(decisions, now)
@@ -241,10 +243,12 @@ class Simulator:
             run = self._running.get(job_id)
             if run is not None:
                 self._interrupt(run, now, why)
-        for alloc in decisions.placements:
+        for alloc in decisions.placements:  # the cycle assumed them in the snapshot
             run = self._pending.get(alloc.job_id)
             if run is not None and run.core.attempt == alloc.attempt:
                 self._start(run, alloc, now)
+            else:
+                self._snapshot.release(alloc)
         for job_id, pend in decisions.pending.items():
             run = self._pending.get(job_id)
             if run is not None:
@@ -274,11 +278,8 @@ class Simulator:
             request = NodeRequest.of(run.job.spec, self.config.queue_placement(run.job.spec.queue))
             counts[request] = counts.get(request, 0) + 1
         shapes = sorted(counts, key=counts.__getitem__, reverse=True)[:FRAGMENTATION_SHAPES]
-        snapshot = Snapshot.build(
-            self._nodes.values(), [r.allocation for r in self._running.values() if r.allocation]
-        )
         stranded = 0.0
-        for view in snapshot.views():
+        for view in self._snapshot.views():
             free = len(view.node.devices) - view.used_gpus
             if free <= 0 or not view.node.state.schedulable:
                 continue

@@ -682,3 +682,23 @@ def test_unresolvable_head_does_not_block_the_queue(head, why: str) -> None:
     assert placed(decisions) == {2: ("n0",)} or placed(decisions) == {2: ("n1",)}
     assert decisions.pending[1].unresolvable
     assert why in decisions.pending[1].reason
+
+
+# --- a caller-maintained snapshot gives the same decisions ----------------------------------
+
+
+def test_a_persistent_snapshot_decides_like_a_fresh_one_cycle_after_cycle() -> None:
+    nodes = [node(f"n{i}").gpus(8, nvlink=[[0, 1, 2, 3], [4, 5, 6, 7]]).build() for i in range(4)]
+    persistent = Snapshot(nodes)
+    running: list[Allocation] = []
+    queue = [job(i).gpus([1, 2, 4, 8][i % 4]).nodes(1 + (i % 5 == 0)).build() for i in range(1, 40)]
+    for step in range(6):
+        fresh = run(ClusterState(tuple(nodes), tuple(running)), queue)
+        kept = run(ClusterState(tuple(nodes), tuple(running), snapshot=persistent), queue)
+        assert kept == fresh
+        placed_ids = {a.job_id for a in kept.placements}
+        running += kept.placements
+        queue = [j for j in queue if j.id not in placed_ids]
+        # finish the oldest running job, as a caller would: release it from its snapshot
+        if running and step % 2:
+            persistent.release(running.pop(0))
