@@ -1,0 +1,227 @@
+"""Metrics of one simulation run: what a ``SimResult`` says about the schedule.
+
+Pure functions over the result, no I/O. Definitions (SPEC section 5 names the JSON keys):
+
+- **Counts** by final state: ``completed``, ``failed``, ``refused``, ``unfinished``.
+- **JCT** (end minus submit) over completed jobs; **wait** (first start minus submit) over
+  jobs that started, whatever their final state; **slowdown** is JCT over run time, for
+  completed jobs with a positive run time. Percentiles interpolate linearly between the
+  closest ranks (numpy's default, ``statistics.quantiles(method="inclusive")``).
+- **The window**: from the first submission of a job that was not refused (refused jobs
+  leave at once; counting the time before the first real job would blame the scheduler for
+  an empty queue) to the last completion. ``makespan`` is its length.
+- **gpu_utilization**: allocated GPU-time over capacity GPU-time in the window, from the
+  samples (each holds from its time until the next sample; none allocated before the
+  first). ``avg_fragmentation``: time-weighted ``fragmented_gpus / capacity`` likewise.
+- **Per-queue GPU-hours**: GPU time each queue actually consumed, ``gpus * run_time`` of
+  its completed jobs plus ``lost_gpu_seconds`` of all its jobs (work thrown away by
+  preemptions and failures: it held GPUs too). Work of jobs still running at the end is
+  not recorded by the simulator and is not counted. Every queue with a job that was not
+  refused appears, with 0 if it got nothing. ``fairness`` is Jain's index over these
+  numbers: 1 when all queues got the same, 1/n when one queue got everything. It compares
+  raw GPU-hours, not shares weighted by quota or demand.
+- **preemptions**: the total over jobs; **lost_gpu_hours**: GPU-hours thrown away by
+  preemptions and failures (work since the last checkpoint; the records do not tell the
+  two apart).
+- **Bounds** (``corral.sim.bounds``) over the completed jobs, the jobs the measured values
+  cover; ``jct_ratio = avg_jct / srpt_lower_bound`` and
+  ``makespan_ratio = makespan / makespan_lower_bound`` are >= 1, and 1 is optimal.
+
+Empty cases: a value whose jobs do not exist (no completed job, no started job, a window
+of zero length, a zero bound) is ``None``, never ``0`` or ``NaN``; counts and sums are 0.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from corral.sim.bounds import makespan_lower_bound, srpt_mean_jct_lower_bound
+from corral.sim.result import JobRecord, Outcome, Sample, SimResult
+
+
+@dataclass(frozen=True)
+class Metrics:
+    """Everything ``compute_metrics`` measures. Times in seconds, fractions in [0, 1]."""
+
+    jobs: int
+    completed: int
+    failed: int
+    refused: int
+    unfinished: int
+    avg_jct: float | None
+    p50_jct: float | None
+    p95_jct: float | None
+    p99_jct: float | None
+    avg_wait: float | None
+    p50_wait: float | None
+    p95_wait: float | None
+    p99_wait: float | None
+    avg_slowdown: float | None
+    makespan: float | None
+    gpu_utilization: float | None
+    avg_fragmentation: float | None
+    gpu_hours: float  # all queues together
+    queue_gpu_hours: tuple[tuple[str, float], ...]  # sorted by queue name
+    fairness: float | None  # Jain's index over queue_gpu_hours
+    preemptions: int
+    lost_gpu_hours: float
+    srpt_lower_bound: float | None
+    jct_ratio: float | None
+    makespan_lower_bound: float | None
+    makespan_ratio: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict: one key per field, ``queue_gpu_hours`` as an object."""
+        data = asdict(self)
+        data["queue_gpu_hours"] = dict(self.queue_gpu_hours)
+        return data
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The ``q``-th percentile (0..100) with linear interpolation; None for no values."""
+    if not 0 <= q <= 100:
+        raise ValueError(f"percentile must be within 0..100, got {q}")
+    if not values:
+        return None
+    ordered = sorted(values)
+    position = (len(ordered) - 1) * q / 100
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def jain_index(values: Sequence[float]) -> float | None:
+    """Jain's fairness index ``(sum x)^2 / (n * sum x^2)``; None when all are 0 (or none)."""
+    squares = sum(v * v for v in values)
+    if not values or squares == 0:
+        return None
+    return sum(values) ** 2 / (len(values) * squares)
+
+
+def time_average(
+    samples: Sequence[Sample], attribute: str, start: float, end: float
+) -> float | None:
+    """Mean of a sampled step function over ``[start, end]``; None for an empty window.
+
+    Each sample holds from its time until the next sample's time (the last one until
+    ``end``); before the first sample the value is 0.
+    """
+    if end <= start:
+        return None
+    area = 0.0
+    ordered = sorted(samples, key=lambda s: s.time)
+    for i, sample in enumerate(ordered):
+        begin = max(sample.time, start)
+        until = min(ordered[i + 1].time, end) if i + 1 < len(ordered) else end
+        if until > begin:
+            area += getattr(sample, attribute) * (until - begin)
+    return area / (end - start)
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _ratio(value: float | None, bound: float | None) -> float | None:
+    return None if value is None or not bound else value / bound
+
+
+def _queue_gpu_seconds(jobs: Iterable[JobRecord]) -> dict[str, float]:
+    seconds: dict[str, float] = {}
+    for job in jobs:
+        if job.state is Outcome.REFUSED:
+            continue
+        used = job.gpus * job.run_time if job.state is Outcome.COMPLETED else 0.0
+        seconds[job.queue] = seconds.get(job.queue, 0.0) + used + job.lost_gpu_seconds
+    return seconds
+
+
+def compute_metrics(result: SimResult) -> Metrics:
+    """All metrics of one run, as defined in the module docstring."""
+    jobs = result.jobs
+    by_state = {state: [j for j in jobs if j.state is state] for state in Outcome}
+    completed = by_state[Outcome.COMPLETED]
+    jcts = [j.jct for j in completed if j.jct is not None]
+    waits = [w for w in (j.wait for j in jobs) if w is not None]
+    slowdowns = [j.jct / j.run_time for j in completed if j.jct is not None and j.run_time > 0]
+
+    submits = [j.submit_time for j in jobs if j.state is not Outcome.REFUSED]
+    ends = [j.end_time for j in completed if j.end_time is not None]
+    start = min(submits) if submits else None
+    end = max(ends) if ends else None
+    makespan = None if start is None or end is None else max(0.0, float(end - start))
+
+    capacity = result.capacity_gpus
+    utilization = fragmentation = None
+    if start is not None and end is not None and capacity > 0:
+        allocated = time_average(result.samples, "allocated_gpus", start, end)
+        fragmented = time_average(result.samples, "fragmented_gpus", start, end)
+        utilization = None if allocated is None else allocated / capacity
+        fragmentation = None if fragmented is None else fragmented / capacity
+
+    queue_seconds = _queue_gpu_seconds(jobs)
+    queue_hours = tuple(sorted((q, s / 3600) for q, s in queue_seconds.items()))
+
+    srpt_bound = makespan_bound = None
+    if completed and capacity > 0:
+        srpt_bound = srpt_mean_jct_lower_bound(completed, capacity)
+        makespan_bound = makespan_lower_bound(completed, capacity, origin=start)
+
+    avg_jct = _mean(jcts)
+    return Metrics(
+        jobs=len(jobs),
+        completed=len(completed),
+        failed=len(by_state[Outcome.FAILED]),
+        refused=len(by_state[Outcome.REFUSED]),
+        unfinished=len(by_state[Outcome.UNFINISHED]),
+        avg_jct=avg_jct,
+        p50_jct=percentile(jcts, 50),
+        p95_jct=percentile(jcts, 95),
+        p99_jct=percentile(jcts, 99),
+        avg_wait=_mean(waits),
+        p50_wait=percentile(waits, 50),
+        p95_wait=percentile(waits, 95),
+        p99_wait=percentile(waits, 99),
+        avg_slowdown=_mean(slowdowns),
+        makespan=makespan,
+        gpu_utilization=utilization,
+        avg_fragmentation=fragmentation,
+        gpu_hours=sum(queue_seconds.values()) / 3600,
+        queue_gpu_hours=queue_hours,
+        fairness=jain_index([h for _, h in queue_hours]),
+        preemptions=sum(j.preemptions for j in jobs),
+        lost_gpu_hours=sum(j.lost_gpu_seconds for j in jobs) / 3600,  # preemptions, failures
+        srpt_lower_bound=srpt_bound,
+        jct_ratio=_ratio(avg_jct, srpt_bound),
+        makespan_lower_bound=makespan_bound,
+        makespan_ratio=_ratio(makespan, makespan_bound),
+    )
+
+
+def jobs_json(result: SimResult) -> list[dict[str, Any]]:
+    """SPEC section 5's per-job entries, in the result's order, with a few extra keys.
+
+    ``placement`` is the job's last placement, one entry per task in rank order.
+    """
+    return [
+        {
+            "name": job.name,
+            "queue": job.queue,
+            "submit_time": job.submit_time,
+            "start_time": job.start_time,
+            "end_time": job.end_time,
+            "state": job.state.value,
+            "gpus": job.gpus,
+            "run_time": job.run_time,
+            "wait": job.wait,
+            "jct": job.jct,
+            "preemptions": job.preemptions,
+            "lost_gpu_seconds": job.lost_gpu_seconds,
+            "placement": [{"node": p.node, "gpus": list(p.gpus)} for p in job.placement],
+            "reason": job.reason,
+        }
+        for job in result.jobs
+    ]

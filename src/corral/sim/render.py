@@ -1,0 +1,178 @@
+"""Metrics as readable tables: Rich for the terminal, the same rows for the HTML report.
+
+``metric_rows`` turns one or more ``Metrics`` into labelled, formatted rows (seconds as
+``1h02m``, fractions as percentages) and, when several configurations are compared, says
+which cells are the best of their row. ``metrics_table`` and ``compare_table`` lay those
+rows out with Rich; ``corral.sim.report`` lays out the same rows in HTML.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from rich.table import Table
+from rich.text import Text
+
+from corral.core.units import format_duration
+from corral.sim.metrics import Metrics
+
+Better = Literal["low", "high"] | None
+BEST_MARK = " *"
+BEST_STYLE = "bold green"
+
+
+@dataclass(frozen=True)
+class MetricRow:
+    """One metric across configurations: formatted cells, and the best ones' indexes."""
+
+    section: str
+    label: str
+    cells: tuple[str, ...]
+    best: frozenset[int] = frozenset()
+
+
+def _count(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f}"
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{value * 100:.1f}%"
+
+
+def _times(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def _number(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    if abs(value) >= 1 or value == 0:
+        return f"{value:.2f}"
+    return f"{value:.3g}"
+
+
+def _index(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+_Getter = Callable[[Metrics], float | None]
+_Spec = tuple[str, str, _Getter, Callable[[float | None], str], Better]
+_SPECS: tuple[_Spec, ...] = (
+    ("jobs", "Jobs", lambda m: m.jobs, _count, None),
+    ("jobs", "Completed", lambda m: m.completed, _count, "high"),
+    ("jobs", "Failed", lambda m: m.failed, _count, "low"),
+    ("jobs", "Refused", lambda m: m.refused, _count, None),
+    ("jobs", "Unfinished", lambda m: m.unfinished, _count, "low"),
+    ("jct", "JCT avg", lambda m: m.avg_jct, format_duration, "low"),
+    ("jct", "JCT p50", lambda m: m.p50_jct, format_duration, "low"),
+    ("jct", "JCT p95", lambda m: m.p95_jct, format_duration, "low"),
+    ("jct", "JCT p99", lambda m: m.p99_jct, format_duration, "low"),
+    ("wait", "Wait avg", lambda m: m.avg_wait, format_duration, "low"),
+    ("wait", "Wait p50", lambda m: m.p50_wait, format_duration, "low"),
+    ("wait", "Wait p95", lambda m: m.p95_wait, format_duration, "low"),
+    ("wait", "Wait p99", lambda m: m.p99_wait, format_duration, "low"),
+    ("wait", "Slowdown avg", lambda m: m.avg_slowdown, _times, "low"),
+    ("cluster", "Makespan", lambda m: m.makespan, format_duration, "low"),
+    ("cluster", "GPU utilization", lambda m: m.gpu_utilization, _percent, "high"),
+    ("cluster", "Fragmentation avg", lambda m: m.avg_fragmentation, _percent, "low"),
+    ("cluster", "Preemptions", lambda m: m.preemptions, _count, "low"),
+    ("cluster", "GPU-hours lost", lambda m: m.lost_gpu_hours, _number, "low"),
+    ("queues", "GPU-hours", lambda m: m.gpu_hours, _number, None),
+)
+_FAIRNESS: _Spec = ("queues", "Fairness (Jain)", lambda m: m.fairness, _index, "high")
+_BOUNDS: tuple[_Spec, ...] = (
+    ("bounds", "SRPT bound on JCT avg", lambda m: m.srpt_lower_bound, format_duration, None),
+    ("bounds", "JCT avg / bound", lambda m: m.jct_ratio, _times, "low"),
+    ("bounds", "Makespan bound", lambda m: m.makespan_lower_bound, format_duration, None),
+    ("bounds", "Makespan / bound", lambda m: m.makespan_ratio, _times, "low"),
+)
+
+
+def _best(values: Sequence[float | None], better: Better) -> frozenset[int]:
+    """Indexes of the best values; none when fewer than two are known or all are equal."""
+    known = [(i, v) for i, v in enumerate(values) if v is not None]
+    if better is None or len(known) < 2:
+        return frozenset()
+    pick = min if better == "low" else max
+    target = pick(v for _, v in known)
+    best = frozenset(i for i, v in known if math.isclose(v, target, rel_tol=1e-9, abs_tol=1e-12))
+    return frozenset() if len(best) == len(known) else best
+
+
+def _queue_hours(queues: Sequence[str]) -> _Getter:
+    def getter(m: Metrics) -> float:
+        hours = dict(m.queue_gpu_hours)
+        return sum(hours.get(q, 0.0) for q in queues)
+
+    return getter
+
+
+def _queue_rows(metrics: Sequence[Metrics], max_queues: int) -> list[_Spec]:
+    """GPU-hours per queue; past ``max_queues`` queues, the largest and one row for the rest."""
+    totals: dict[str, float] = {}
+    for m in metrics:
+        for queue, hours in m.queue_gpu_hours:
+            totals[queue] = totals.get(queue, 0.0) + hours
+    queues, rest = sorted(totals), []
+    if len(queues) > max_queues:
+        largest = sorted(queues, key=lambda q: (-totals[q], q))
+        queues, rest = sorted(largest[: max_queues - 1]), largest[max_queues - 1 :]
+    rows: list[_Spec] = [
+        ("queues", f"GPU-hours, queue {q}", _queue_hours([q]), _number, None) for q in queues
+    ]
+    if rest:
+        rows.append(
+            ("queues", f"GPU-hours, {len(rest)} other queues", _queue_hours(rest), _number, None)
+        )
+    return rows
+
+
+def metric_rows(metrics: Sequence[Metrics], max_queues: int = 12) -> list[MetricRow]:
+    """Rows for one or several configurations, in display order.
+
+    Per-queue GPU-hours get a row each, up to ``max_queues`` rows: with more queues, the
+    ones with the most GPU-hours and one row that sums the others.
+    """
+    rows = []
+    specs = (*_SPECS, *_queue_rows(metrics, max_queues), _FAIRNESS, *_BOUNDS)
+    for section, label, getter, fmt, better in specs:
+        values = [getter(m) for m in metrics]
+        cells = tuple(fmt(v) for v in values)
+        rows.append(MetricRow(section, label, cells, _best(values, better)))
+    return rows
+
+
+def _layout(table: Table, rows: list[MetricRow], mark: bool) -> Table:
+    previous = None
+    for row in rows:
+        if previous is not None and row.section != previous:
+            table.add_section()
+        previous = row.section
+        cells = [
+            Text(cell + BEST_MARK, style=BEST_STYLE) if mark and i in row.best else Text(cell)
+            for i, cell in enumerate(row.cells)
+        ]
+        table.add_row(row.label, *cells)
+    return table
+
+
+def metrics_table(metrics: Metrics, title: str) -> Table:
+    """One configuration's metrics: a Metric column and a Value column."""
+    table = Table(title=title)
+    table.add_column("Metric")
+    table.add_column("Value", justify="right")
+    return _layout(table, metric_rows([metrics]), mark=False)
+
+
+def compare_table(rows: list[tuple[str, Metrics]], title: str = "Comparison") -> Table:
+    """Configurations side by side, one column each; the best value of a row is marked."""
+    table = Table(title=title, caption=f"{BEST_MARK.strip()} best of its row")
+    table.add_column("Metric")
+    for name, _ in rows:
+        table.add_column(name, justify="right")
+    return _layout(table, metric_rows([m for _, m in rows]), mark=True)
