@@ -69,6 +69,9 @@ class JobBuilder:
     def selector(self, **labels: str) -> JobBuilder:
         return self._with(node_selector=tuple(sorted(labels.items())))
 
+    def runtime_estimate(self, seconds: float) -> JobBuilder:
+        return self._with(runtime_estimate=float(seconds))
+
     def named(self, name: str) -> JobBuilder:
         return self._with(name=name)
 

@@ -59,11 +59,12 @@ def test_priority_goes_first_and_binpacking_keeps_a_node_whole() -> None:
 def test_jobs_that_never_fit_are_refused_as_the_server_does() -> None:
     result = run(
         "- {name: huge, submit_time: 0, duration: 10, resources: {gpus: 9}}\n"
-        "- {name: nowhere, submit_time: 0, duration: 10, queue: missing}\n"
+        "- {name: nowhere, submit_time: 0, duration: 10, priority: urgent}\n"
     )
     states = {j.name: (j.state, j.reason) for j in result.jobs}
     assert states["huge"][0] is Outcome.REFUSED and "can never fit" in states["huge"][1]
-    assert states["nowhere"][0] is Outcome.REFUSED and "unknown queue" in states["nowhere"][1]
+    assert states["nowhere"][0] is Outcome.REFUSED
+    assert "unknown priority class" in states["nowhere"][1]
 
 
 def test_time_limits_end_jobs() -> None:
@@ -156,3 +157,10 @@ def test_samples_trace_allocation_over_time() -> None:
 def test_bad_jobs_files_are_refused_with_the_entry_and_field(text: str, message: str) -> None:
     with pytest.raises(ValidationError, match=message):
         load_jobs(text)
+
+
+def test_queues_of_the_workload_exist_unless_the_configuration_declares_queues() -> None:
+    jobs = "- {name: a, submit_time: 0, duration: 5, queue: vc-1, resources: {gpus: 1}}\n"
+    assert run(jobs).jobs[0].state is Outcome.COMPLETED
+    declared = run(jobs, config="queues: [{name: team-a}]\n").jobs[0]
+    assert declared.state is Outcome.REFUSED and "unknown queue 'vc-1'" in declared.reason

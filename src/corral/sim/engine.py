@@ -21,7 +21,7 @@ from corral.core.allocation import Allocation
 from corral.core.job import Job, JobState
 from corral.core.node import Node, NodeState
 from corral.errors import ValidationError
-from corral.scheduling.config import SchedulerConfig
+from corral.scheduling.config import QueueConfig, SchedulerConfig
 from corral.scheduling.cycle import ClusterState, Decisions, schedule
 from corral.scheduling.feasibility import never_fits, node_shapes
 from corral.scheduling.framework import NodeRequest, Profile
@@ -82,6 +82,7 @@ class Simulator:
         names = [n.name for n in self.nodes]
         if len(set(names)) != len(names):
             raise ValidationError("the simulated cluster declares a node twice")
+        self.config = with_workload_queues(self.config, self.workload)
         self.profile = self.profile or build_profile(self.config)
         self._nodes = {n.name: replace(n, state=NodeState.READY) for n in self.nodes}
         # The scheduler's working copy, kept in step between cycles (see ClusterState).
@@ -302,6 +303,18 @@ class Simulator:
             placement=run.placement,
             reason=run.reason,
         )
+
+
+def with_workload_queues(config: SchedulerConfig, workload: Workload) -> SchedulerConfig:
+    """A configuration that declares no queues (only the implicit ``default``) gets one
+    unlimited queue per queue the workload names, as traces bring their own (users,
+    virtual clusters); a configuration that declares queues is taken as it is, and jobs of
+    other queues are refused, as the server refuses them."""
+    if config.queues != SchedulerConfig().queues:
+        return config
+    names = sorted({j.spec.queue for j in workload.jobs} - {"default"})
+    queues = config.queues + tuple(QueueConfig(name) for name in names)
+    return replace(config, queues=queues)
 
 
 def simulate(

@@ -6,7 +6,7 @@ by a reader in ``corral.sim.traces``. Pure data: no I/O here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from corral.core.job import JobSpec
@@ -49,3 +49,11 @@ class Workload:
     nodes: tuple[Node, ...] | None = None
     node_events: tuple[NodeEvent, ...] = ()
     source: str = ""
+
+    def with_true_runtimes(self) -> Workload:
+        """The same workload with each job's true duration as its ``runtime_estimate``: an
+        oracle, for the shortest-job-first baseline (real schedulers only get estimates)."""
+        jobs = tuple(
+            replace(j, spec=replace(j.spec, runtime_estimate=j.duration)) for j in self.jobs
+        )
+        return replace(self, jobs=jobs, source=f"{self.source} (true run times revealed)")

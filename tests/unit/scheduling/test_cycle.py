@@ -702,3 +702,18 @@ def test_a_persistent_snapshot_decides_like_a_fresh_one_cycle_after_cycle() -> N
         # finish the oldest running job, as a caller would: release it from its snapshot
         if running and step % 2:
             persistent.release(running.pop(0))
+
+
+def test_shortest_first_orders_by_expected_run_time_within_a_priority() -> None:
+    config = SchedulerConfig(policy=Policy(order="shortest-first"))
+    nodes = cluster(node("n0").gpus(8))
+    queue = [
+        job(1).gpus(8).runtime_estimate(3600).build(),
+        job(2).gpus(8).runtime_estimate(60).build(),
+        job(3).gpus(8).build(),  # no estimate: last
+        job(4).gpus(8).runtime_estimate(7200).priority(500).build(),  # priority still first
+    ]
+    decisions = run(nodes, queue, config)
+    assert placed(decisions) == {4: ("n0",)}
+    order = sorted(decisions.pending.items(), key=lambda item: item[1].position)
+    assert [job_id for job_id, _ in order] == [2, 1, 3]

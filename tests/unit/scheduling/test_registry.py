@@ -47,6 +47,7 @@ BUILT_INS = [
     "packing",
     "priority-fifo",
     "resource-fit",
+    "shortest-first",
     "top-scored",
 ]
 

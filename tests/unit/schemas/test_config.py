@@ -183,3 +183,14 @@ def test_bad_configuration_names_the_field(text: str, message: str) -> None:
         load_config(text, source="scheduler.yaml")
     assert info.value.message.startswith("scheduler.yaml: ")
     assert message in info.value.message
+
+
+def test_policy_order_selects_the_queue_sort() -> None:
+    from corral.scheduling.registry import build_profile
+    from corral.schemas.config import load_config
+
+    config = load_config("policy: {order: shortest-first}\n")
+    assert config.policy.order == "shortest-first"
+    assert build_profile(config).queue_sort.name == "shortest-first"
+    with pytest.raises(ValidationError, match="policy.order"):
+        load_config("policy: {order: random}\n")

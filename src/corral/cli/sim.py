@@ -1,0 +1,147 @@
+"""``corral sim``: replay a workload through the production scheduler (SPEC section 5)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from corral.cli.common import Output, OutputOpt, console, err_console, print_json
+from corral.errors import ValidationError
+
+app = typer.Typer()
+
+
+@app.command()
+def sim(
+    cluster: Annotated[
+        Path | None, typer.Option("--cluster", help="cluster.yaml (SPEC section 3)")
+    ] = None,
+    jobs: Annotated[
+        Path | None, typer.Option("--jobs", help="jobs file, YAML or JSON (SPEC section 5)")
+    ] = None,
+    trace: Annotated[
+        str | None,
+        typer.Option(
+            "--trace", help="FORMAT:PATH[?options]: openb, philly, gavel, pai2020, helios"
+        ),
+    ] = None,
+    config: Annotated[Path | None, typer.Option("--config", help="scheduler.yaml")] = None,
+    compare: Annotated[
+        list[Path] | None,
+        typer.Option("--compare", help="several scheduler.yaml, side by side (repeatable)"),
+    ] = None,
+    report: Annotated[
+        Path | None, typer.Option("--report", help="write an HTML report with plots")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="seed for trace sampling (same seed, same output)")] = 0,
+    oracle: Annotated[
+        bool,
+        typer.Option(
+            "--oracle",
+            help="reveal true run times as runtime_estimate (the shortest-first oracle baseline)",
+        ),
+    ] = False,
+    output: OutputOpt = Output.table,
+) -> None:
+    """Simulate a workload on a declared cluster with the production scheduler."""
+    from corral.schemas.config import load_config
+    from corral.sim.engine import simulate
+    from corral.sim.metrics import compute_metrics, jobs_json
+    from corral.sim.render import compare_table, metrics_table
+
+    workload = _workload(jobs, trace, seed)
+    nodes = _nodes(cluster, workload)
+    if oracle:
+        workload = workload.with_true_runtimes()
+    configs = [config] if config else []
+    configs += list(compare or [])
+    runs = []
+    for path in configs or [None]:
+        text = path.read_text() if path else None
+        name = (path.stem if path else "default") + (" (oracle)" if oracle else "")
+        with _progress(output, name, len(workload.jobs)) as tick:
+            result = simulate(nodes, workload, load_config(text, str(path or "")), name, seed, tick)
+        runs.append((name, result, compute_metrics(result)))
+    if report is not None:
+        from corral.sim.report import write_report
+
+        write_report(report, runs)
+    if output is Output.json:
+        if len(runs) == 1:
+            name, result, metrics = runs[0]
+            print_json({"jobs": jobs_json(result), "metrics": metrics.to_json()})
+        else:
+            print_json(
+                {
+                    "configs": [
+                        {"name": n, "jobs": jobs_json(r), "metrics": m.to_json()}
+                        for n, r, m in runs
+                    ]
+                }
+            )
+    elif len(runs) == 1:
+        name, result, metrics = runs[0]
+        console.print(metrics_table(metrics, f"{workload.source or 'workload'}: {name}"))
+    else:
+        console.print(compare_table([(n, m) for n, _, m in runs]))
+    if report is not None and output is not Output.json:
+        console.print(f"report written to {report}")
+
+
+def _workload(jobs: Path | None, trace: str | None, seed: int):  # noqa: ANN202
+    from corral.sim.jobs_file import load_jobs
+
+    if (jobs is None) == (trace is None):
+        raise ValidationError("give exactly one of --jobs FILE or --trace FORMAT:PATH")
+    if jobs is not None:
+        try:
+            return load_jobs(jobs.read_text(), str(jobs))
+        except OSError as exc:
+            raise ValidationError(f"--jobs: cannot read {jobs}: {exc.strerror}") from None
+    from corral.sim.traces.registry import read_trace
+
+    return read_trace(str(trace), seed)
+
+
+def _nodes(cluster: Path | None, workload):  # noqa: ANN001, ANN202
+    from corral.schemas.cluster import load_cluster
+
+    if cluster is not None:
+        try:
+            return load_cluster(cluster.read_text(), str(cluster)).to_nodes()
+        except OSError as exc:
+            raise ValidationError(f"--cluster: cannot read {cluster}: {exc.strerror}") from None
+    if workload.nodes:
+        return list(workload.nodes)
+    raise ValidationError("--cluster is required: this workload does not come with a cluster")
+
+
+class _progress:
+    """A progress bar on stderr for long runs (none for -o json or small workloads)."""
+
+    def __init__(self, output: Output, name: str, total: int) -> None:
+        self.bar = None
+        if total >= 2000 and err_console.is_terminal:
+            self.bar = Progress(
+                TextColumn(f"simulating [bold]{name}[/]"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=err_console,
+                transient=True,
+            )
+        self.total = total
+
+    def __enter__(self):  # noqa: ANN204
+        if self.bar is None:
+            return None
+        self.bar.start()
+        self.task = self.bar.add_task("jobs", total=self.total)
+        return lambda done, _total: self.bar.update(self.task, completed=done)
+
+    def __exit__(self, *_exc: object) -> None:
+        if self.bar is not None:
+            self.bar.stop()
