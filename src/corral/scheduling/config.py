@@ -45,6 +45,7 @@ class Policy:
     preemption: bool = False
     fair_share_half_life: float = 7 * 86400.0
     interval: float = 10.0
+    order: str = "priority-fifo"  # the QueueSort plugin: priority-fifo | shortest-first
 
 
 DEFAULT_PRIORITY_CLASSES = (

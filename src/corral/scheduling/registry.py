@@ -23,7 +23,7 @@ from corral.scheduling.plugins.filters import (
     ResourceFitFilter,
 )
 from corral.scheduling.plugins.gang import TopScoredNodes
-from corral.scheduling.plugins.queue_sort import PriorityThenSubmission
+from corral.scheduling.plugins.queue_sort import PriorityThenSubmission, ShortestFirst
 from corral.scheduling.plugins.scoring import PackingScore
 
 ENTRY_POINT_GROUP = "corral.plugins"
@@ -73,6 +73,7 @@ def default_registry(load_entry_points: bool = True) -> PluginRegistry:
     registry = PluginRegistry()
     for factory in (
         PriorityThenSubmission,
+        ShortestFirst,
         NodeStateFilter,
         NodeSelectorFilter,
         ResourceFitFilter,
@@ -99,7 +100,7 @@ def build_profile(config: SchedulerConfig, registry: PluginRegistry | None = Non
         plugin.weight = ref.weight
         extra.append(plugin)
     return Profile(
-        queue_sort=registry.create("priority-fifo"),
+        queue_sort=registry.create(config.policy.order),
         filters=(
             registry.create("node-state"),
             registry.create("node-selector"),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import Field, model_validator
@@ -40,6 +40,7 @@ class PolicyModel(Strict):
     preemption: bool = False
     fair_share_half_life: Duration = 7 * 86400.0
     interval: Duration = 10.0
+    order: Literal["priority-fifo", "shortest-first"] = "priority-fifo"
 
 
 class PluginModel(Strict):
@@ -89,7 +90,12 @@ class SchedulerConfigModel(Strict):
             queues=queues,
             priority_classes=classes,
             policy=Policy(
-                p.placement, p.backfill, p.preemption, p.fair_share_half_life, p.interval
+                placement=p.placement,
+                backfill=p.backfill,
+                preemption=p.preemption,
+                fair_share_half_life=p.fair_share_half_life,
+                interval=p.interval,
+                order=p.order,
             ),
             plugins=tuple(PluginRef(x.name, x.weight, tuple(x.args.items())) for x in self.plugins),
         )
