@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.text import Text
 
 from corral.cli.common import Output, OutputOpt, console, err_console, print_json
 from corral.errors import ValidationError
@@ -82,11 +83,18 @@ def sim(
                     ]
                 }
             )
-    elif len(runs) == 1:
-        name, result, metrics = runs[0]
-        console.print(metrics_table(metrics, f"{workload.source or 'workload'}: {name}"))
     else:
-        console.print(compare_table([(n, m) for n, _, m in runs]))
+        console.print(Text(workload.source or "workload", style="bold"))
+        refused = sum(1 for j in runs[0][1].jobs if j.state.value == "refused")
+        if refused:
+            console.print(
+                f"{refused} job(s) refused: they can never fit this cluster or name an unknown "
+                "queue or priority class (see -o json for each reason)"
+            )
+        if len(runs) == 1:
+            console.print(metrics_table(runs[0][2], runs[0][0]))
+        else:
+            console.print(compare_table([(n, m) for n, _, m in runs]))
     if report is not None and output is not Output.json:
         console.print(f"report written to {report}")
 
