@@ -72,6 +72,9 @@ class JobBuilder:
     def runtime_estimate(self, seconds: float) -> JobBuilder:
         return self._with(runtime_estimate=float(seconds))
 
+    def time_limit(self, seconds: float) -> JobBuilder:
+        return self._with(time_limit=float(seconds))
+
     def named(self, name: str) -> JobBuilder:
         return self._with(name=name)
 

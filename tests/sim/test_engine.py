@@ -164,3 +164,25 @@ def test_queues_of_the_workload_exist_unless_the_configuration_declares_queues()
     assert run(jobs).jobs[0].state is Outcome.COMPLETED
     declared = run(jobs, config="queues: [{name: team-a}]\n").jobs[0]
     assert declared.state is Outcome.REFUSED and "unknown queue 'vc-1'" in declared.reason
+
+
+BACKFILL_WORKLOAD = (
+    "- {name: a, submit_time: 0, duration: 100, runtime_estimate: 100, resources: {gpus: 8}}\n"
+    "- {name: gang, submit_time: 10, duration: 30, runtime_estimate: 30, nodes: 2,"
+    " resources: {gpus: 8}}\n"
+    "- {name: short, submit_time: 20, duration: 50, runtime_estimate: 50, resources: {gpus: 4}}\n"
+    "- {name: long, submit_time: 20, duration: 500, runtime_estimate: 500,"
+    " resources: {gpus: 4}}\n"
+)
+
+
+def test_easy_backfill_starts_what_fits_before_the_reservation() -> None:
+    fifo = times(run(BACKFILL_WORKLOAD))
+    easy = times(run(BACKFILL_WORKLOAD, config="policy: {backfill: true}\n"))
+    # strict order: everything waits behind the gang, which waits for a
+    assert fifo["short"] == ("completed", 130.0, 180.0)
+    # backfill: short fits on the idle node and ends (70) before the gang's reservation
+    # (100); long would not, so it waits; the gang starts exactly when it would have
+    assert easy["short"] == ("completed", 20.0, 70.0)
+    assert easy["gang"] == fifo["gang"] == ("completed", 100.0, 130.0)
+    assert easy["long"][1] == 130.0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from corral.core.resources import MILLI
@@ -33,6 +34,7 @@ class Allocation:
     tasks: tuple[TaskAllocation, ...]
     priority: int = 0
     preemptible: bool = True
+    expected_end: float = math.inf  # when it should let go (start + run-time estimate)
 
     @property
     def nodes(self) -> tuple[str, ...]:

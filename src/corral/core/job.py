@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -80,6 +81,11 @@ class JobSpec:
     requeue: bool = True
     env: tuple[tuple[str, str], ...] = ()
     workdir: str | None = None
+
+    @property
+    def expected_runtime(self) -> float:
+        """``runtime_estimate``, else ``time_limit``, else infinity (unknown)."""
+        return self.runtime_estimate or self.time_limit or math.inf
 
     @property
     def world_size(self) -> int:

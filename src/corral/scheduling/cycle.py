@@ -10,6 +10,7 @@ Every job left pending gets a human reason.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -20,7 +21,14 @@ from corral.core.node import Node
 from corral.core.resources import MILLI, GpuKind
 from corral.scheduling.config import SchedulerConfig
 from corral.scheduling.evaluation import NodeEvaluator
-from corral.scheduling.framework import NodeRequest, Profile, Unresolvable, Unschedulable
+from corral.scheduling.framework import (
+    CycleContext,
+    NodeRequest,
+    Profile,
+    Reservation,
+    Unresolvable,
+    Unschedulable,
+)
 from corral.scheduling.registry import build_profile
 from corral.scheduling.snapshot import NodeView, Snapshot
 
@@ -71,7 +79,12 @@ def schedule(
     placements: list[Allocation] = []
     reasons: dict[int, PendingReason] = {}
     preemptions: list[tuple[int, str]] = []
+    reservations: list[Reservation] = []
     blocker: Job | None = None
+
+    def trial(job: Job, request: NodeRequest) -> Allocation | Unschedulable | Unresolvable:
+        return place_gang(job, request, snapshot, profile, evaluator, now=now)
+
     for position, job in enumerate(order, start=1):
         if blocker is not None:
             reasons[job.id] = PendingReason(
@@ -79,17 +92,27 @@ def schedule(
             )
             continue
         request = NodeRequest.of(job.spec, config.queue_placement(job.queue))
-        outcome = place_gang(job, request, snapshot, profile, evaluator)
+        ends = now + job.spec.expected_runtime
+        # reserved nodes are usable only by jobs known to end before the reservation starts
+        held = {
+            n: r.job_id for r in reservations if ends > r.start or math.isinf(ends) for n in r.nodes
+        }
+        outcome = place_gang(job, request, snapshot, profile, evaluator, held, now)
         if isinstance(outcome, Allocation):
             snapshot.assume(outcome)
             placements.append(outcome)
             continue
         reason, allow_others = outcome.reason, False
+        context = CycleContext(
+            snapshot, state.allocations + tuple(placements), tuple(reservations), now, trial
+        )
         for plugin in profile.post_filters:
-            result = plugin.post_filter(job, request, snapshot)
+            result = plugin.post_filter(job, request, context)
             preemptions += [(victim, f"preempted for job {job.id}") for victim in result.preempt]
-            reason = result.reason or reason
+            reason = f"{result.reason}; {reason}" if result.reason else reason
             allow_others = allow_others or result.allow_others
+            if result.reservation is not None:
+                reservations.append(result.reservation)
         unresolvable = isinstance(outcome, Unresolvable)
         reasons[job.id] = PendingReason(reason, position, unresolvable=unresolvable)
         if not allow_others and not unresolvable:
@@ -103,13 +126,23 @@ def place_gang(
     snapshot: Snapshot,
     profile: Profile,
     evaluator: NodeEvaluator | None = None,
+    reserved: Mapping[str, int] | None = None,
+    now: float = 0.0,
 ) -> Allocation | Unschedulable | Unresolvable:
     """All tasks of ``job`` on nodes of ``snapshot``, or why not (nothing is assumed).
 
-    ``evaluator`` carries filter and score results from job to job within one cycle.
+    ``evaluator`` carries filter and score results from job to job within one cycle;
+    ``reserved`` maps nodes the job may not use to the job they are held for.
     """
     evaluator = evaluator or NodeEvaluator(profile)
-    found = evaluator.evaluate(request, snapshot.views())
+    views = snapshot.views()
+    if reserved:
+        views = [v for v in views if v.name not in reserved]
+    found = evaluator.evaluate(request, views)
+    if reserved:
+        for holder in reserved.values():
+            found.rejections[f"reserved for job {holder}"] += 1
+        found.resolvable += len(reserved)
     chosen = profile.node_set.select(job, request, found.candidates)
     if not isinstance(chosen, list):
         return _explain(job, request, chosen, found.rejections, found.resolvable)
@@ -119,7 +152,14 @@ def place_gang(
         if devices is None:
             return Unschedulable(f"node {view.name}: no device layout fits {request.describe()}")
         tasks += _tasks_on(job, request, view, node_rank, devices)
-    return Allocation(job.id, job.attempt, tuple(tasks), job.priority, job.preemptible)
+    return Allocation(
+        job.id,
+        job.attempt,
+        tuple(tasks),
+        job.priority,
+        job.preemptible,
+        expected_end=now + job.spec.expected_runtime,
+    )
 
 
 def _tasks_on(

@@ -16,10 +16,11 @@ Plugins are small classes with a ``name``; they do no I/O and read no clock.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from corral.core.allocation import Allocation
 from corral.core.job import Job, JobSpec, PlacementPolicy
 from corral.core.resources import GpuKind, GpuRequest
 
@@ -142,12 +143,35 @@ class DeviceSelect(Protocol):
 
 
 @dataclass(frozen=True)
+class Reservation:
+    """Nodes held for a job expected to start at ``start`` (math.inf: unknown). Jobs
+    placed after it this cycle may use them only if they are expected to end by then."""
+
+    job_id: int
+    nodes: frozenset[str]
+    start: float
+
+
+@dataclass(frozen=True)
 class PostFilterResult:
     """What a post-filter proposes for a job that could not be placed."""
 
     preempt: tuple[int, ...] = ()  # job ids to preempt for this job
-    reason: str | None = None  # replaces the pending reason when set
+    reason: str | None = None  # put before the pending reason when set
     allow_others: bool = False  # lower jobs may still be placed this cycle (backfill)
+    reservation: Reservation | None = None
+
+
+@dataclass(frozen=True)
+class CycleContext:
+    """What a post-filter may look at: the cycle's working state, and a trial placement
+    (``place``) that assumes nothing. Changes to ``snapshot`` must be undone."""
+
+    snapshot: Snapshot
+    allocations: tuple[Allocation, ...]  # running work, with expected ends
+    reservations: tuple[Reservation, ...]
+    now: float
+    place: Callable[[Job, NodeRequest], Allocation | Unschedulable | Unresolvable]
 
 
 @runtime_checkable
@@ -155,7 +179,7 @@ class PostFilter(Protocol):
     name: str
 
     def post_filter(
-        self, job: Job, request: NodeRequest, snapshot: Snapshot
+        self, job: Job, request: NodeRequest, ctx: CycleContext
     ) -> PostFilterResult: ...
 
 

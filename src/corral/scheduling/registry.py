@@ -16,6 +16,7 @@ from typing import Any
 from corral.errors import ValidationError
 from corral.scheduling.config import SchedulerConfig
 from corral.scheduling.framework import Profile, Score
+from corral.scheduling.plugins.backfill import EasyBackfill
 from corral.scheduling.plugins.devices import NvlinkDeviceSelect
 from corral.scheduling.plugins.filters import (
     NodeSelectorFilter,
@@ -80,6 +81,7 @@ def default_registry(load_entry_points: bool = True) -> PluginRegistry:
         PackingScore,
         TopScoredNodes,
         NvlinkDeviceSelect,
+        EasyBackfill,
     ):
         registry.register(factory.name, factory)
     if load_entry_points:
@@ -109,4 +111,5 @@ def build_profile(config: SchedulerConfig, registry: PluginRegistry | None = Non
         scores=(registry.create("packing"), *extra),
         node_set=registry.create("top-scored"),
         devices=registry.create("nvlink-devices"),
+        post_filters=(registry.create("easy-backfill"),) if config.policy.backfill else (),
     )

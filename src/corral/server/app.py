@@ -78,11 +78,8 @@ def serve(settings: ServerSettings) -> None:
     )
     ctx = build_context(settings)
     policy = ctx.config.policy
-    if policy.backfill or policy.preemption:
-        log.warning(
-            "policy.backfill and policy.preemption are not implemented in this release; "
-            "jobs start in strict priority order"
-        )
+    if policy.preemption:
+        log.warning("policy.preemption is not implemented in this release; nothing is preempted")
     app = create_app(ctx)
     config = uvicorn.Config(
         app,

@@ -233,7 +233,11 @@ class Simulator:
 
     def _cycle(self, now: float) -> None:
         if self._pending:
-            state = ClusterState(nodes=tuple(self._nodes.values()), snapshot=self._snapshot)
+            state = ClusterState(
+                nodes=tuple(self._nodes.values()),
+                allocations=tuple(r.allocation for r in self._running.values() if r.allocation),
+                snapshot=self._snapshot,
+            )
             pending = [r.core for r in self._pending.values()]
             decisions = schedule(state, pending, self.config, now, self.profile)
             self._apply(decisions, now)

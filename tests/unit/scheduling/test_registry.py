@@ -41,6 +41,7 @@ class NotAScore:
 
 
 BUILT_INS = [
+    "easy-backfill",
     "node-selector",
     "node-state",
     "nvlink-devices",
@@ -78,7 +79,7 @@ def test_register_then_create_by_name() -> None:
 @pytest.mark.parametrize(
     ("path", "message"),
     [
-        pytest.param("nope", "plugins: unknown plugin 'nope' (known: node-selector", id="unknown"),
+        pytest.param("nope", "plugins: unknown plugin 'nope' (known: easy-backfill", id="unknown"),
         pytest.param(
             "does.not.exist:Thing", "plugins: cannot load 'does.not.exist:Thing'", id="no-module"
         ),

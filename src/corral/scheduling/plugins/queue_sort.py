@@ -9,8 +9,6 @@ oracle that schedulers are compared against.
 
 from __future__ import annotations
 
-import math
-
 from corral.core.job import Job
 
 
@@ -25,6 +23,4 @@ class ShortestFirst:
     name = "shortest-first"
 
     def sort_key(self, job: Job) -> tuple:
-        spec = job.spec
-        expected = spec.runtime_estimate or spec.time_limit or math.inf
-        return (-job.priority, expected, job.submitted_at, job.id)
+        return (-job.priority, job.spec.expected_runtime, job.submitted_at, job.id)

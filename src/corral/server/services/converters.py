@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from corral.core.allocation import Allocation, TaskAllocation
 from corral.core.job import Job, JobSpec, JobState
@@ -82,13 +83,22 @@ def task_allocation_of(row: TaskRow) -> TaskAllocation:
     )
 
 
-def allocations_of(tasks: Iterable[TaskRow]) -> list[Allocation]:
-    """Group held task rows into per-attempt allocations (rank order)."""
+def allocations_of(
+    tasks: Iterable[TaskRow], expected_ends: Mapping[int, float] | None = None
+) -> list[Allocation]:
+    """Group held task rows into per-attempt allocations (rank order), with each job's
+    expected end where ``expected_ends`` knows it (else: never)."""
+    ends = expected_ends or {}
     groups: dict[tuple[int, int], list[TaskRow]] = defaultdict(list)
     for task in tasks:
         groups[(task.job_id, task.attempt)].append(task)
     return [
-        Allocation(job_id, attempt, tuple(task_allocation_of(t) for t in sorted(rows, key=_rank)))
+        Allocation(
+            job_id,
+            attempt,
+            tuple(task_allocation_of(t) for t in sorted(rows, key=_rank)),
+            expected_end=ends.get(job_id, math.inf),
+        )
         for (job_id, attempt), rows in groups.items()
     ]
 

@@ -6,6 +6,7 @@ Load and apply happen in one transaction; placing a job is a guarded update
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from sqlalchemy import select, update
@@ -18,7 +19,7 @@ from corral.core.units import format_duration
 from corral.scheduling.cycle import ClusterState, Decisions, schedule
 from corral.server.context import Context
 from corral.server.db.models import JobRow, NodeRow, TaskRow
-from corral.server.services.converters import allocations_of, job_of, node_of
+from corral.server.services.converters import allocations_of, job_of, node_of, spec_of
 from corral.server.services.notify import notify_jobs
 from corral.server.services.transitions import move_job, record
 
@@ -41,7 +42,8 @@ def run_cycle(ctx: Context) -> CycleResult:
             session.scalars(select(JobRow).where(JobRow.state == JobState.PENDING.value))
         )
         state = ClusterState(
-            nodes=tuple(node_of(r) for r in node_rows), allocations=tuple(allocations_of(held))
+            nodes=tuple(node_of(r) for r in node_rows),
+            allocations=tuple(allocations_of(held, _expected_ends(session, held))),
         )
         decisions = schedule(state, [job_of(r) for r in pending_rows], ctx.config, now, ctx.profile)
         ports = _ports_in_use(session, held)
@@ -92,6 +94,17 @@ def _apply(
         if job.reason != pend.reason or job.position != pend.position:
             job.reason, job.position = pend.reason, pend.position
     return placed
+
+
+def _expected_ends(session: Session, held: list[TaskRow]) -> dict[int, float]:
+    """When each job holding resources should end: its start (or placement) plus its
+    run-time estimate (else time limit); jobs without either are left out (never)."""
+    ends = {}
+    for job in session.scalars(select(JobRow).where(JobRow.id.in_({t.job_id for t in held}))):
+        expected = spec_of(job).expected_runtime
+        if expected != math.inf:
+            ends[job.id] = (job.started_at or job.updated_at) + expected
+    return ends
 
 
 def _add_tasks(session: Session, alloc: Allocation) -> None:
