@@ -302,3 +302,10 @@ def test_jobs_json_matches_spec_section_5() -> None:
     assert entries[1]["start_time"] is None and entries[1]["jct"] is None
     assert entries[1]["placement"] == [] and entries[1]["reason"] == "waiting"
     json.dumps(entries, allow_nan=False)
+
+
+def test_the_run_time_bound_is_tighter_and_still_below_the_measured_jct() -> None:
+    metrics = compute_metrics(three_jobs())
+    assert metrics.jct_lower_bound >= metrics.srpt_lower_bound
+    assert metrics.jct_lower_bound <= metrics.avg_jct
+    assert 1.0 <= metrics.jct_bound_ratio <= metrics.jct_ratio

@@ -88,6 +88,8 @@ _FAIRNESS: _Spec = ("queues", "Fairness (Jain)", lambda m: m.fairness, _index, "
 _BOUNDS: tuple[_Spec, ...] = (
     ("bounds", "SRPT bound on JCT avg", lambda m: m.srpt_lower_bound, format_duration, None),
     ("bounds", "JCT avg / bound", lambda m: m.jct_ratio, _times, "low"),
+    ("bounds", "JCT bound, with run times", lambda m: m.jct_lower_bound, format_duration, None),
+    ("bounds", "JCT avg / that bound", lambda m: m.jct_bound_ratio, _times, "low"),
     ("bounds", "Makespan bound", lambda m: m.makespan_lower_bound, format_duration, None),
     ("bounds", "Makespan / bound", lambda m: m.makespan_ratio, _times, "low"),
 )
