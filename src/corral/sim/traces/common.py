@@ -399,6 +399,20 @@ class JobMaker:
     def skip(self, reason: str) -> None:
         self.skipped[reason] += 1
 
+    def span(
+        self, start: float | None, end: float | None, no_start: str = "no start time"
+    ) -> float | None:
+        """``end - start``, or None after counting why the row is skipped."""
+        if start is None:
+            self.skip(no_start)
+        elif end is None:
+            self.skip("no end time")
+        elif end < start:
+            self.skip("ends before it starts")
+        else:
+            return end - start
+        return None
+
     def workload(
         self, rows: int, unit: str = "rows", nodes: Sequence[Node] | None = None, extra: str = ""
     ) -> Workload:

@@ -72,16 +72,10 @@ def read(path: Path, options: Mapping[str, str], seed: int = 0) -> Workload:
             continue
         if timed:
             start, end = timestamp(row, "start_time"), timestamp(row, "end_time")
-            if start is None:
-                maker.skip("never started")
+            span = maker.span(start, end, no_start="never started")
+            if span is None:
                 continue
-            if end is None:
-                maker.skip("no end time")
-                continue
-            if end < start:
-                maker.skip("ends before it starts")
-                continue
-            duration = end - start
+            duration = span
         else:
             if not row.get("duration"):
                 maker.skip("no end time")

@@ -122,14 +122,8 @@ def _times(pod: Row, maker: JobMaker) -> tuple[float, float] | None:
     if created is None:
         maker.skip("no creation time")
         return None
-    if deleted is None:
-        maker.skip("no end time")
-        return None
-    begin = started if started is not None else created
-    if deleted < begin:
-        maker.skip("ends before it starts")
-        return None
-    return created, deleted - begin
+    duration = maker.span(started if started is not None else created, deleted)
+    return None if duration is None else (created, duration)
 
 
 def _shape(pod: Row, maker: JobMaker) -> Shape:

@@ -129,14 +129,7 @@ def read(path: Path, options: Mapping[str, str], seed: int = 0) -> Workload:
             start, end = demand.first_start, demand.last_end
         else:
             start, end = submit, timestamp(row, "end_time")
-        if start is None:
-            maker.skip("no start time")
-            continue
-        if end is None:
-            maker.skip("no end time")
-            continue
-        if end < start:
-            maker.skip("ends before it starts")
+        if maker.span(start, end) is None:
             continue
         shape = gang(demand.gpus, per_node)
         if demand.models not in globs:
