@@ -72,6 +72,11 @@ class JobBuilder:
     def runtime_estimate(self, seconds: float) -> JobBuilder:
         return self._with(runtime_estimate=float(seconds))
 
+    def topology(self, level: str, mode: str = "required") -> JobBuilder:
+        from corral.core.job import Topology, TopologyLevel, TopologyMode
+
+        return self._with(topology=Topology(TopologyLevel(level), TopologyMode(mode)))
+
     def time_limit(self, seconds: float) -> JobBuilder:
         return self._with(time_limit=float(seconds))
 

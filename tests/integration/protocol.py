@@ -16,11 +16,20 @@ from tests.integration.conftest import Server
 
 
 class FakeHardwareAgent:
-    def __init__(self, server: Server, name: str, gpus: int = 8) -> None:
+    def __init__(
+        self,
+        server: Server,
+        name: str,
+        gpus: int = 8,
+        devices: list[dict[str, Any]] | None = None,
+    ) -> None:
+        """``gpus`` plain H100s, unless ``devices`` gives the registered devices as they are
+        (the agent protocol's ``DeviceIn``: index, model, memory, mig, ...)."""
         self.server = server
         self.name = name
         self.agent_id = uuid.uuid4().hex
         self.gpus = gpus
+        self.devices = devices
         self.register()
 
     def register(self, agent_id: str | None = None) -> None:
@@ -29,9 +38,9 @@ class FakeHardwareAgent:
             "name": self.name,
             "agent_id": self.agent_id,
             "address": "127.0.0.1",
-            "devices": [
-                {"index": i, "model": "H100", "memory": 80 * 10**9} for i in range(self.gpus)
-            ],
+            "devices": self.devices
+            if self.devices is not None
+            else [{"index": i, "model": "H100", "memory": 80 * 10**9} for i in range(self.gpus)],
             "cpus": 64,
             "memory": 512 * 10**9,
         }

@@ -109,7 +109,9 @@ def job_panel(job: JobOut, now: float) -> Group:
             tasks.add_column(col)
         for t in job.tasks:
             gpus = ",".join(map(str, t.gpus)) or "-"
-            if t.gpu_share < 1 and t.gpus:
+            if t.mig:
+                gpus = ",".join(t.mig)
+            elif t.gpu_share < 1 and t.gpus:
                 gpus += f" ({t.gpu_share:g})"
             tasks.add_row(
                 str(t.rank),

@@ -1,4 +1,4 @@
-"""Where each task of a job runs: node, device indices and shares."""
+"""Where each task of a job runs: node, device indices, shares and MIG instances."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ class TaskAllocation:
     """One task's place: global ``rank``, its node, and the devices it holds there.
 
     ``gpu_milli`` is the share of each listed device the task holds (1000 = whole).
+    ``mig_slots``, when not empty, is aligned with ``gpus``: the task holds the MIG
+    instance at that position of each device's ``Device.mig`` tuple, not the device.
     """
 
     rank: int
@@ -23,6 +25,33 @@ class TaskAllocation:
     gpu_milli: int = MILLI
     cpus: float = 0.0
     memory: int = 0
+    mig_slots: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.mig_slots and len(self.mig_slots) != len(self.gpus):
+            raise ValueError(f"mig_slots {self.mig_slots} do not match gpus {self.gpus}")
+
+
+class DevicePick(tuple[int, ...]):
+    """One task's device indices as chosen by device selection, with the MIG slot taken
+    on each (aligned; empty for whole GPUs and shares). A tuple, so it is what the
+    ``DeviceSelect`` protocol returns; the cycle reads ``mig_slots`` off it."""
+
+    mig_slots: tuple[int, ...]
+
+    def __new__(cls, gpus: tuple[int, ...], mig_slots: tuple[int, ...] = ()) -> DevicePick:
+        pick = super().__new__(cls, gpus)
+        pick.mig_slots = tuple(mig_slots)
+        return pick
+
+
+def mig_instance_name(node: str, index: int, slot: int) -> str:
+    """The name a task sees for a MIG instance (in ``CUDA_VISIBLE_DEVICES``).
+
+    Deterministic, for simulated devices: ``MIG-<node>-<gpu index>-<slot>``. Real MIG
+    UUIDs (``MIG-<uuid>``) will come from NVML through the agent later.
+    """
+    return f"MIG-{node}-{index}-{slot}"
 
 
 @dataclass(frozen=True)
@@ -35,6 +64,7 @@ class Allocation:
     priority: int = 0
     preemptible: bool = True
     expected_end: float = math.inf  # when it should let go (start + run-time estimate)
+    note: str = ""  # what the placement got, for the job's events (e.g. its topology)
 
     @property
     def nodes(self) -> tuple[str, ...]:

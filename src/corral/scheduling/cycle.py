@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from corral.core.allocation import Allocation, TaskAllocation
-from corral.core.job import Job
+from corral.core.job import Job, TopologyLevel
 from corral.core.node import Node
 from corral.core.resources import MILLI, GpuKind
 from corral.scheduling.config import SchedulerConfig
@@ -29,6 +29,7 @@ from corral.scheduling.framework import (
     Unresolvable,
     Unschedulable,
 )
+from corral.scheduling.plugins.topology import TIGHT_TO_LOOSE, common_level
 from corral.scheduling.registry import build_profile
 from corral.scheduling.snapshot import NodeView, Snapshot
 
@@ -159,7 +160,20 @@ def place_gang(
         job.priority,
         job.preemptible,
         expected_end=now + job.spec.expected_runtime,
+        note=_topology_note(job, [v.node for v in chosen]),
     )
+
+
+def _topology_note(job: Job, nodes: list[Node]) -> str:
+    """What a job that asked for a topology got, for its events."""
+    topology = job.spec.topology
+    if topology is None or topology.level in (TopologyLevel.ANY, TopologyLevel.NVLINK):
+        return ""
+    level, domain = common_level(nodes)
+    got = f"within {level.value} {domain}" if level is not TopologyLevel.ANY else "across spines"
+    if TIGHT_TO_LOOSE.index(level) > TIGHT_TO_LOOSE.index(topology.level):
+        return f"{got} ({topology.level.value} preferred; none had room)"
+    return got
 
 
 def _tasks_on(
@@ -174,7 +188,8 @@ def _tasks_on(
             node=view.name,
             node_rank=node_rank,
             local_rank=local_rank,
-            gpus=gpus,
+            gpus=tuple(gpus),
+            mig_slots=tuple(getattr(gpus, "mig_slots", ())),  # a DevicePick carries them
             gpu_milli=milli,
             cpus=per_task_cpus,
             memory=per_task_memory,

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from corral.core.allocation import Allocation
-from corral.core.job import Job, JobSpec, PlacementPolicy
+from corral.core.job import Job, JobSpec, PlacementPolicy, Topology
 from corral.core.resources import GpuKind, GpuRequest
 
 if TYPE_CHECKING:
@@ -58,6 +58,7 @@ class NodeRequest:
     memory: int
     selector: tuple[tuple[str, str], ...]
     placement: PlacementPolicy
+    topology: Topology | None = None
 
     @classmethod
     def of(cls, spec: JobSpec, default_placement: PlacementPolicy) -> NodeRequest:
@@ -71,6 +72,7 @@ class NodeRequest:
             memory=spec.memory or 0,
             selector=spec.node_selector,
             placement=spec.placement or default_placement,
+            topology=spec.topology,
         )
 
     @property

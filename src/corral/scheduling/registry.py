@@ -26,6 +26,11 @@ from corral.scheduling.plugins.filters import (
 from corral.scheduling.plugins.gang import TopScoredNodes
 from corral.scheduling.plugins.queue_sort import PriorityThenSubmission, ShortestFirst
 from corral.scheduling.plugins.scoring import PackingScore
+from corral.scheduling.plugins.topology import (
+    NvlinkDomainFilter,
+    TopologyDeviceSelect,
+    TopologyNodeSet,
+)
 
 ENTRY_POINT_GROUP = "corral.plugins"
 Factory = Callable[..., Any]
@@ -82,6 +87,9 @@ def default_registry(load_entry_points: bool = True) -> PluginRegistry:
         TopScoredNodes,
         NvlinkDeviceSelect,
         EasyBackfill,
+        TopologyNodeSet,
+        TopologyDeviceSelect,
+        NvlinkDomainFilter,
     ):
         registry.register(factory.name, factory)
     if load_entry_points:
@@ -107,9 +115,10 @@ def build_profile(config: SchedulerConfig, registry: PluginRegistry | None = Non
             registry.create("node-state"),
             registry.create("node-selector"),
             registry.create("resource-fit"),
+            registry.create("nvlink-domain"),
         ),
         scores=(registry.create("packing"), *extra),
-        node_set=registry.create("top-scored"),
-        devices=registry.create("nvlink-devices"),
+        node_set=registry.create("topology"),
+        devices=registry.create("topology-devices"),
         post_filters=(registry.create("easy-backfill"),) if config.policy.backfill else (),
     )

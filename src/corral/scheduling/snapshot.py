@@ -17,6 +17,11 @@ from corral.core.resources import MILLI, model_matches
 class NodeView:
     """Free capacity of one node. ``used_milli[i]`` is the share of ``devices[i]`` in use.
 
+    A device in MIG mode (``Device.mig`` not empty) is only ever handed out instance by
+    instance: ``mig_used[i][slot]`` counts the holders of instance ``slot`` of
+    ``devices[i]``, and its ``used_milli`` is the fraction of its instances in use (so
+    ``used_gpus`` stays meaningful); whole and fractional requests never land on it.
+
     ``version`` changes whenever the free capacity does, so per-cycle caches of filter and
     score results can tell which nodes to look at again.
     """
@@ -27,6 +32,7 @@ class NodeView:
         "free_memory",
         "used_milli",
         "shared",
+        "mig_used",
         "version",
         "labels",
         "_position",
@@ -38,6 +44,7 @@ class NodeView:
         self.free_memory = node.memory
         self.used_milli = [0] * len(node.devices)
         self.shared = [False] * len(node.devices)  # holds fractional shares
+        self.mig_used = [[0] * len(d.mig) for d in node.devices]
         self.version = 0
         self.labels = node.label_map
         self._position = {d.index: i for i, d in enumerate(node.devices)}
@@ -71,6 +78,18 @@ class NodeView:
             if used == 0 and not d.mig and model_matches(d.model, model)
         )
 
+    def free_mig(self, profile: str, model: str | None = None) -> list[tuple[int, int]]:
+        """Free MIG instances of ``profile`` on devices whose model matches, as
+        ``(device index, slot)`` in device then slot order."""
+        profile = profile.lower()
+        return [
+            (d.index, slot)
+            for d, used in zip(self.node.devices, self.mig_used, strict=True)
+            if d.mig and model_matches(d.model, model)
+            for slot, declared in enumerate(d.mig)
+            if used[slot] == 0 and declared.lower() == profile
+        ]
+
     def matching(self, model: str | None = None) -> int:
         """Number of devices (busy or not) whose model matches: the node's capacity."""
         return self.node.capacity(model)
@@ -86,6 +105,9 @@ class NodeView:
                 continue
             self.free_cpus -= sign * task.cpus
             self.free_memory -= sign * task.memory
+            if task.mig_slots:
+                self._apply_mig(task.gpus, task.mig_slots, sign)
+                continue
             for index in task.gpus:
                 pos = self._position.get(index)
                 if pos is None:
@@ -93,6 +115,16 @@ class NodeView:
                 self.used_milli[pos] += sign * task.gpu_milli
                 if task.gpu_milli < MILLI:
                     self.shared[pos] = self.used_milli[pos] > 0
+
+    def _apply_mig(self, gpus: tuple[int, ...], slots: tuple[int, ...], sign: int) -> None:
+        for index, slot in zip(gpus, slots, strict=True):
+            pos = self._position.get(index)
+            if pos is None or not 0 <= slot < len(self.mig_used[pos]):
+                continue  # not this node's device or instance (stale): nothing to count
+            counts = self.mig_used[pos]
+            counts[slot] += sign
+            busy = sum(1 for c in counts if c > 0)
+            self.used_milli[pos] = MILLI * busy // len(counts)
 
 
 class Snapshot:

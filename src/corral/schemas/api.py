@@ -22,6 +22,7 @@ class TaskOut(BaseModel):
     local_rank: int
     gpus: list[int]
     gpu_share: float = 1.0
+    mig: list[str] = Field(default_factory=list)  # MIG instances held, aligned with gpus
     state: str  # assigned | running | terminating | exited | lost | skipped
     pid: int | None = None
     exit_code: int | None = None

@@ -82,11 +82,6 @@ class JobManifest(Strict):
             raise ValueError(
                 "resources.tpu: TPU slices are not supported yet by this Corral release"
             )
-        if gpus.kind is GpuKind.MIG:
-            raise ValueError(
-                "resources.gpus: MIG profiles are not supported yet by this Corral release; "
-                "ask for whole GPUs or a fraction such as 0.5"
-            )
         if gpus.kind is GpuKind.WHOLE and gpus.count % self.tasks_per_node:
             raise ValueError(
                 f"resources.gpus: {gpus.count} GPUs per node cannot be split evenly among "
@@ -94,9 +89,23 @@ class JobManifest(Strict):
             )
         if gpus.kind is GpuKind.FRACTION and self.tasks_per_node != 1:
             raise ValueError("resources.gpus: a fractional GPU needs tasks_per_node: 1")
+        if gpus.kind is GpuKind.MIG and self.tasks_per_node != 1:
+            raise ValueError(
+                f"resources.gpus: a MIG instance ({gpus.mig_profile}) cannot be shared among "
+                f"tasks; it needs tasks_per_node: 1 (got {self.tasks_per_node})"
+            )
         if self.resources.gpu_memory and gpus.kind is not GpuKind.FRACTION:
             raise ValueError(
                 "resources.gpu_memory: only applies to a fractional GPU (0 < gpus < 1)"
+            )
+        if (
+            self.topology is not None
+            and self.topology.level in (TopologyLevel.NODE, TopologyLevel.NVLINK)
+            and self.nodes != 1
+        ):
+            raise ValueError(
+                f"topology.level: {self.topology.level.value} keeps a job on one node; "
+                f"it asks for nodes: {self.nodes} (use leaf, spine or zone for gangs)"
             )
         if self.time_limit is not None and self.time_limit <= 0:
             raise ValueError("time_limit: must be positive")

@@ -171,9 +171,10 @@ def test_model_pattern_limits_whole_gpus() -> None:
     assert select(job(1).gpus("A100:2"), mixed.build()) is None
 
 
-def test_mig_requests_get_no_device_layout_yet() -> None:
+def test_mig_requests_take_an_instance_with_its_slot() -> None:
     target = node("m").devices(Device(0, "A100", 40 * GB, mig=("1g.10gb",))).build()
-    assert select(job(1).gpus("1g.10gb"), target) is None
+    (pick,) = select(job(1).gpus("1g.10gb"), target) or []
+    assert pick == (0,) and pick.mig_slots == (0,)  # type: ignore[attr-defined]
 
 
 TWO = node("n0").gpus(2).build()

@@ -15,9 +15,14 @@ from corral.scheduling.plugins.filters import (
     NodeStateFilter,
     ResourceFitFilter,
 )
-from corral.scheduling.plugins.gang import TopScoredNodes
+from corral.scheduling.plugins.gang import TopScoredNodes  # noqa: F401
 from corral.scheduling.plugins.queue_sort import PriorityThenSubmission
 from corral.scheduling.plugins.scoring import PackingScore
+from corral.scheduling.plugins.topology import (
+    NvlinkDomainFilter,
+    TopologyDeviceSelect,
+    TopologyNodeSet,
+)
 from corral.scheduling.registry import PluginRegistry, build_profile, default_registry
 from corral.scheduling.snapshot import NodeView
 from tests.builders import allocation, cluster, job, node
@@ -45,11 +50,14 @@ BUILT_INS = [
     "node-selector",
     "node-state",
     "nvlink-devices",
+    "nvlink-domain",
     "packing",
     "priority-fifo",
     "resource-fit",
     "shortest-first",
     "top-scored",
+    "topology",
+    "topology-devices",
 ]
 
 
@@ -125,10 +133,12 @@ def test_default_profile_is_the_built_in_pipeline() -> None:
         NodeStateFilter,
         NodeSelectorFilter,
         ResourceFitFilter,
+        NvlinkDomainFilter,
     ]
     assert [type(s) for s in profile.scores] == [PackingScore]
-    assert isinstance(profile.node_set, TopScoredNodes)
-    assert isinstance(profile.devices, NvlinkDeviceSelect)
+    assert isinstance(profile.node_set, TopologyNodeSet)
+    assert isinstance(profile.devices, TopologyDeviceSelect)
+    assert isinstance(profile.devices.inner, NvlinkDeviceSelect)
     assert profile.post_filters == ()
 
 

@@ -58,7 +58,10 @@ REFUSED = [
         id="fraction-with-2-tasks",
     ),
     pytest.param(
-        manifest(resources={"gpus": "3g.40gb"}), "resources.gpus", "MIG", id="mig-not-supported-yet"
+        manifest(resources={"gpus": "3g.40gb"}, tasks_per_node=2),
+        "resources.gpus",
+        "MIG instance (3g.40gb) cannot be shared among tasks; it needs tasks_per_node: 1",
+        id="mig-with-2-tasks",
     ),
     pytest.param(
         manifest(resources={"tpu": "v5p:2x2x4"}), "resources.tpu", "TPU", id="tpu-not-supported-yet"
@@ -183,6 +186,16 @@ ACCEPTED = [
         id="fraction-with-memory",
     ),
     pytest.param(manifest(resources={"gpus": "0"}), {"gpus": GpuRequest()}, id="zero-gpus-string"),
+    pytest.param(
+        manifest(resources={"gpus": "3g.40gb"}, tasks_per_node=1),
+        {"gpus": GpuRequest(GpuKind.MIG, mig_profile="3g.40gb"), "total_gpus": 1.0},
+        id="mig-profile",
+    ),
+    pytest.param(
+        manifest(resources={"gpus": "A100:3g.40gb"}),
+        {"gpus": GpuRequest(GpuKind.MIG, mig_profile="3g.40gb", model="A100")},
+        id="mig-profile-with-model",
+    ),
     pytest.param(
         manifest(resources={"cpus": 32, "memory": "256GB"}),
         {"cpus": 32.0, "memory": 256 * GB},

@@ -3,12 +3,14 @@
 Whole GPUs: each task takes its GPUs from one NVLink domain when they fit in one, choosing
 the domain that fits most tightly (so larger domains stay whole), else from the fewest
 domains. Fractions: the busiest shared device that still has room, else an idle one.
+MIG: a free instance of the profile on the device with the fewest such free instances.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 
+from corral.core.allocation import DevicePick
 from corral.core.resources import GpuKind, model_matches
 from corral.scheduling.framework import NodeRequest
 from corral.scheduling.snapshot import NodeView
@@ -45,6 +47,8 @@ class NvlinkDeviceSelect:
             return [()] * request.tasks
         if request.gpus.kind is GpuKind.FRACTION:
             return self._fraction(request, node)
+        if request.gpus.kind is GpuKind.MIG:
+            return self._mig(request, node)
         if request.gpus.kind is not GpuKind.WHOLE:
             return None
         free = set(node.free_whole(request.model))
@@ -76,3 +80,14 @@ class NvlinkDeviceSelect:
             if best is None or used > best[0]:
                 best = (used, device.index)
         return None if best is None else [(best[1],)]
+
+    @staticmethod
+    def _mig(request: NodeRequest, node: NodeView) -> list[tuple[int, ...]] | None:
+        """One free instance of the profile (one task per node): on the device with the
+        fewest free instances of it (packing), lowest index on ties, lowest slot."""
+        free = node.free_mig(request.gpus.mig_profile or "", request.model)
+        if request.tasks != 1 or not free:
+            return None
+        per_device = Counter(index for index, _ in free)
+        index, slot = min(free, key=lambda f: (per_device[f[0]], f[0], f[1]))
+        return [DevicePick((index,), (slot,))]

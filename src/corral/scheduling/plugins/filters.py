@@ -1,5 +1,8 @@
 """Built-in filters: node state, labels, GPU model, and resource fit.
 
+Devices in MIG mode only host MIG requests, one free instance of the asked profile each;
+whole and fractional requests only land on devices that are not in MIG mode.
+
 Each answers whether one node can host one node's share of a job (``NodeRequest``).
 Pure helpers (``fits_capacity``, ``fits_free``) are tested on their own.
 """
@@ -53,10 +56,9 @@ def fits_capacity(request: NodeRequest, node: NodeView) -> str | None:
             if not d.mig and model_matches(d.model, request.model)
         ):
             return "has no GPU with enough memory for the share"
-    elif request.gpus.kind is GpuKind.MIG and not any(
-        request.gpus.mig_profile in d.mig for d in spec.devices
-    ):
-        return f"declares no {request.gpus.mig_profile} MIG instance"
+    elif request.gpus.kind is GpuKind.MIG and not _declares_mig(request, node):
+        model = f" on {request.model} GPUs" if request.model else ""
+        return f"declares no {request.gpus.mig_profile} MIG instance{model}"
     if request.cpus > spec.cpus:
         return f"has {spec.cpus:g} CPUs, needs {request.cpus:g}"
     if request.memory > spec.memory:
@@ -72,11 +74,24 @@ def fits_free(request: NodeRequest, node: NodeView) -> str | None:
             return f"{free} of {request.gpus.count} GPUs free"
     elif request.gpus.kind is GpuKind.FRACTION and not _fraction_slot(request, node):
         return f"no GPU with {request.gpus.milli / 1000:g} free"
+    elif request.gpus.kind is GpuKind.MIG and not node.free_mig(
+        request.gpus.mig_profile or "", request.model
+    ):
+        return f"no free {request.gpus.mig_profile} MIG instance"
     if request.cpus > node.free_cpus + 1e-9:
         return f"{node.free_cpus:g} of {request.cpus:g} CPUs free"
     if request.memory > node.free_memory:
         return f"{node.free_memory / 1e9:g}GB of {request.memory / 1e9:g}GB memory free"
     return None
+
+
+def _declares_mig(request: NodeRequest, node: NodeView) -> bool:
+    profile = (request.gpus.mig_profile or "").lower()
+    return any(
+        profile in (p.lower() for p in d.mig)
+        for d in node.node.devices
+        if d.mig and model_matches(d.model, request.model)
+    )
 
 
 def _fraction_slot(request: NodeRequest, node: NodeView) -> bool:

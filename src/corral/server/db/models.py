@@ -66,6 +66,7 @@ class TaskRow(Base):
     local_rank: Mapped[int] = mapped_column(Integer)
     gpus: Mapped[list] = mapped_column(JSON)
     gpu_milli: Mapped[int] = mapped_column(Integer, default=1000)
+    mig_slots: Mapped[list] = mapped_column(JSON, default=list)  # aligned with gpus; [] if none
     cpus: Mapped[float] = mapped_column(Float, default=0.0)
     memory: Mapped[int] = mapped_column(BigInteger, default=0)
     state: Mapped[str] = mapped_column(String(16))  # assigned|running|terminating|exited|lost

@@ -6,7 +6,7 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 
-from corral.core.allocation import Allocation, TaskAllocation
+from corral.core.allocation import Allocation, TaskAllocation, mig_instance_name
 from corral.core.job import Job, JobSpec, JobState
 from corral.core.node import Device, Node, NodeState
 from corral.schemas.api import AttemptOut, DeviceOut, EventOut, JobOut, NodeOut, TaskOut
@@ -80,6 +80,7 @@ def task_allocation_of(row: TaskRow) -> TaskAllocation:
         gpu_milli=row.gpu_milli,
         cpus=row.cpus,
         memory=row.memory,
+        mig_slots=tuple(row.mig_slots or ()),
     )
 
 
@@ -115,6 +116,12 @@ def task_out(row: TaskRow) -> TaskOut:
         local_rank=row.local_rank,
         gpus=list(row.gpus),
         gpu_share=row.gpu_milli / 1000,
+        mig=[
+            mig_instance_name(row.node, index, slot)
+            for index, slot in zip(row.gpus, row.mig_slots, strict=True)
+        ]
+        if row.mig_slots
+        else [],
         state=row.state,
         pid=row.pid,
         exit_code=row.exit_code,
@@ -197,10 +204,13 @@ def _attempts(tasks: Sequence[TaskRow], events: Sequence[EventRow]) -> list[Atte
 def node_out(row: NodeRow, held: Sequence[TaskRow]) -> NodeOut:
     used: dict[int, list[int]] = defaultdict(list)
     share: dict[int, float] = defaultdict(float)
+    instances = {d["index"]: len(d.get("mig") or ()) for d in row.devices}
     for task in held:
         for index in task.gpus:
             used[index].append(task.job_id)
-            share[index] += task.gpu_milli / 1000
+            # a MIG task holds one instance of the device, not gpu_milli of it
+            mig = instances.get(index) if task.mig_slots else None
+            share[index] += 1 / mig if mig else task.gpu_milli / 1000
     devices = [
         DeviceOut(
             index=d["index"],

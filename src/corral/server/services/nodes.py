@@ -8,6 +8,7 @@ from collections import defaultdict
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from corral.core.allocation import mig_instance_name
 from corral.core.job import JobState
 from corral.core.node import NodeState
 from corral.errors import ConflictError, NotFoundError
@@ -349,7 +350,7 @@ def task_launch(job: JobRow, task: TaskRow, master_addr: str) -> DesiredTask:
         GROUP_RANK=str(task.node_rank),
         MASTER_ADDR=master_addr,
         MASTER_PORT=str(job.master_port or 29500),
-        CUDA_VISIBLE_DEVICES=",".join(str(i) for i in task.gpus),
+        CUDA_VISIBLE_DEVICES=_visible_devices(task),
     )
     command = list(spec.command) if isinstance(spec.command, tuple) else spec.command
     return DesiredTask(
@@ -361,3 +362,18 @@ def task_launch(job: JobRow, task: TaskRow, master_addr: str) -> DesiredTask:
         workdir=spec.workdir,
         grace_period=spec.grace_period,
     )
+
+
+def _visible_devices(task: TaskRow) -> str:
+    """``CUDA_VISIBLE_DEVICES``: the GPU indices, or for a MIG task its instances.
+
+    A device's own ``uuid`` does not name one of its MIG instances, so a MIG instance is
+    named ``MIG-<node>-<gpu index>-<slot>`` (deterministic, enough for simulated devices);
+    real MIG UUIDs are to come from NVML through the agent later.
+    """
+    if task.mig_slots:
+        return ",".join(
+            mig_instance_name(task.node, index, slot)
+            for index, slot in zip(task.gpus, task.mig_slots, strict=True)
+        )
+    return ",".join(str(i) for i in task.gpus)

@@ -65,7 +65,7 @@ def _apply(
     for alloc in decisions.placements:
         job = pending[alloc.job_id]
         port = _pick_port(by_name.get(alloc.tasks[0].node), ports)
-        reason = f"placed on {', '.join(alloc.nodes)}"
+        reason = f"placed on {', '.join(alloc.nodes)}" + (f" ({alloc.note})" if alloc.note else "")
         guarded = session.execute(
             update(JobRow)
             .where(
@@ -119,6 +119,7 @@ def _add_tasks(session: Session, alloc: Allocation) -> None:
                 local_rank=task.local_rank,
                 gpus=list(task.gpus),
                 gpu_milli=task.gpu_milli,
+                mig_slots=list(task.mig_slots),
                 cpus=task.cpus,
                 memory=task.memory,
                 state="assigned",

@@ -117,6 +117,7 @@ def upgrade() -> None:
         sa.Column("local_rank", sa.Integer(), nullable=False),
         sa.Column("gpus", sa.JSON(), nullable=False),
         sa.Column("gpu_milli", sa.Integer(), nullable=False),
+        sa.Column("mig_slots", sa.JSON(), nullable=False),
         sa.Column("cpus", sa.Float(), nullable=False),
         sa.Column("memory", sa.BigInteger(), nullable=False),
         sa.Column("state", sa.String(length=16), nullable=False),
