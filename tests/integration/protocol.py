@@ -22,6 +22,7 @@ class FakeHardwareAgent:
         name: str,
         gpus: int = 8,
         devices: list[dict[str, Any]] | None = None,
+        attributes: dict[str, float] | None = None,
     ) -> None:
         """``gpus`` plain H100s, unless ``devices`` gives the registered devices as they are
         (the agent protocol's ``DeviceIn``: index, model, memory, mig, ...)."""
@@ -30,6 +31,7 @@ class FakeHardwareAgent:
         self.agent_id = uuid.uuid4().hex
         self.gpus = gpus
         self.devices = devices
+        self.attributes = attributes or {}
         self.register()
 
     def register(self, agent_id: str | None = None) -> None:
@@ -43,6 +45,7 @@ class FakeHardwareAgent:
             else [{"index": i, "model": "H100", "memory": 80 * 10**9} for i in range(self.gpus)],
             "cpus": 64,
             "memory": 512 * 10**9,
+            "attributes": self.attributes,
         }
         with self.server.http(self.server.join_token) as http:
             answer = http.post("/agent/register", json=body)

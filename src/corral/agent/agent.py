@@ -19,7 +19,7 @@ from pathlib import Path
 
 import httpx
 
-from corral.agent.host import NodeDescription, free_ports
+from corral.agent.host import NodeDescription, free_ports, gpu_readings
 from corral.agent.supervisor import ProcessSupervisor, TaskLaunch, TaskState, TaskStatus
 from corral.schemas.agent import (
     DesiredTask,
@@ -53,6 +53,7 @@ class AgentSettings:
     home: Path  # logs live under home/logs
     checkpoint_root: Path
     sync_interval: float = 2.0
+    read_gpu_health: bool = False  # report NVML readings (real GPUs) with each sync
 
 
 @dataclass
@@ -176,6 +177,7 @@ class Agent:
             memory=s.node.memory,
             network=s.node.network,
             labels=s.node.labels,
+            attributes=self._attributes(),
         )
         answer = self._post("register", body.model_dump(mode="json"), s.join_token)
         self._token = answer["node_token"]
@@ -208,7 +210,13 @@ class Agent:
             tasks=reports,
             logs=chunks,
             free_ports=free_ports(),
+            attributes=self._attributes(),
         )
+
+    def _attributes(self) -> dict[str, float]:
+        """Static attributes (node file, --attributes) plus live GPU health readings."""
+        readings = gpu_readings() if self.settings.read_gpu_health else {}
+        return {**self.settings.node.attributes, **readings}
 
     def _log_chunk(self, key: TaskKey, tracked: _Tracked) -> tuple[LogChunk | None, bool]:
         """The next piece of the task's log the server lacks, and whether it reaches the end."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 from pathlib import Path
@@ -21,6 +22,7 @@ class NodeDescription(Strict):
     memory: int
     network: list[str] = []
     labels: dict[str, str] = {}
+    attributes: dict[str, float] = {}  # static ones (cost_per_hour); readings come with syncs
 
 
 def describe_host(simulate: str | None, labels: dict[str, str]) -> NodeDescription:
@@ -72,3 +74,35 @@ def free_ports(count: int = 4) -> list[int]:
             sock.bind(("", 0))
             ports.append(sock.getsockname()[1])
     return ports
+
+
+def gpu_readings() -> dict[str, float]:
+    """Health readings of this host's GPUs through NVML, for scoring plugins:
+    ``gpu_temperature_c`` (the hottest GPU) and ``memory_errors`` (uncorrected ECC errors,
+    volatile, summed). Empty when NVML is not usable; never raises."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:  # no driver, no library: nothing to read
+        return {}
+    try:
+        temperatures, errors = [], 0.0
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            temperatures.append(
+                pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU)
+            )
+            with contextlib.suppress(pynvml.NVMLError):  # ECC not supported on this GPU
+                errors += pynvml.nvmlDeviceGetTotalEccErrors(
+                    handle, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC
+                )
+        readings = {"memory_errors": errors}
+        if temperatures:
+            readings["gpu_temperature_c"] = float(max(temperatures))
+        return readings
+    except Exception:
+        return {}
+    finally:
+        with contextlib.suppress(Exception):
+            pynvml.nvmlShutdown()

@@ -151,6 +151,12 @@ def agent(
         typer.Option("--node-file", help="declared node (JSON), as `corral up --cluster` writes"),
     ] = None,
     labels: Annotated[str | None, typer.Option(help="k=v,... node labels")] = None,
+    attributes: Annotated[
+        str | None,
+        typer.Option(
+            help="k=v,... numeric node attributes for scoring plugins, e.g. cost_per_hour=3.5"
+        ),
+    ] = None,
     network: Annotated[
         str | None,
         typer.Option(help="path in the network tree, outermost first: zone-a/spine-1/leaf-1"),
@@ -190,6 +196,13 @@ def agent(
         node.labels.update(label_map)
     if network:
         node.network = [part for part in network.replace(",", "/").split("/") if part]
+    for key, value in parse_pairs(
+        [p for p in (attributes or "").split(",") if p], "--attributes"
+    ).items():
+        try:
+            node.attributes[key] = float(value)
+        except ValueError:
+            raise ValidationError(f"--attributes: {key} must be a number, got {value!r}") from None
     node_name = name or socket.gethostname().split(".")[0]
     home = corral_home()
     settings = AgentSettings(
@@ -200,6 +213,7 @@ def agent(
         node=node,
         home=home / "agents" / node_name,
         checkpoint_root=checkpoint_root or home / "checkpoints",
+        read_gpu_health=node_file is None and simulate is None,
     )
     worker = Agent(settings)
     signal.signal(signal.SIGTERM, lambda *_: worker.stop())

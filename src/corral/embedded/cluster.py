@@ -101,6 +101,7 @@ def _node_file(node) -> dict:  # noqa: ANN001
         "memory": int(node.memory),
         "network": list(node.network),
         "labels": dict(node.labels),
+        "attributes": dict(node.attributes),
     }
 
 

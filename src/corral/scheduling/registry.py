@@ -24,6 +24,7 @@ from corral.scheduling.plugins.filters import (
     ResourceFitFilter,
 )
 from corral.scheduling.plugins.gang import TopScoredNodes
+from corral.scheduling.plugins.health import CoolHealthyNodes
 from corral.scheduling.plugins.queue_sort import PriorityThenSubmission, ShortestFirst
 from corral.scheduling.plugins.scoring import PackingScore
 from corral.scheduling.plugins.topology import (
@@ -90,6 +91,7 @@ def default_registry(load_entry_points: bool = True) -> PluginRegistry:
         TopologyNodeSet,
         TopologyDeviceSelect,
         NvlinkDomainFilter,
+        CoolHealthyNodes,
     ):
         registry.register(factory.name, factory)
     if load_entry_points:

@@ -29,6 +29,7 @@ class RegisterRequest(Strict):
     memory: int = Field(ge=0)
     network: list[str] = Field(default_factory=list)
     labels: dict[str, str] = Field(default_factory=dict)
+    attributes: dict[str, float] = Field(default_factory=dict)  # for scoring plugins
 
 
 class RegisterResponse(BaseModel):
@@ -62,6 +63,7 @@ class SyncRequest(Strict):
     tasks: list[TaskReport] = Field(default_factory=list)
     logs: list[LogChunk] = Field(default_factory=list)
     free_ports: list[int] = Field(default_factory=list)
+    attributes: dict[str, float] | None = None  # fresh readings (temperature...); None: same
     shutdown: bool = False  # the agent is stopping: its tasks are gone, requeue their jobs
 
 

@@ -106,6 +106,7 @@ class NodeOut(BaseModel):
     memory: int
     network: list[str]
     labels: dict[str, str]
+    attributes: dict[str, float] = Field(default_factory=dict)
     last_heartbeat: float | None
     jobs: list[int]
     devices: list[DeviceOut]

@@ -75,6 +75,7 @@ class NodeDecl(Strict):
     network: list[str] = Field(default_factory=list)
     labels: dict[str, str] = Field(default_factory=dict)
     mig: dict[int, list[str]] = Field(default_factory=dict)
+    attributes: dict[str, float] = Field(default_factory=dict)  # for scoring plugins
     address: str = "127.0.0.1"
 
 
@@ -132,6 +133,7 @@ def _node(name: str, decl: NodeDecl) -> Node:
         memory=decl.memory if decl.memory is not None else default_memory(count),
         network=tuple(decl.network),
         labels=tuple(sorted(decl.labels.items())),
+        attributes=tuple(sorted(decl.attributes.items())),
         address=decl.address,
     )
 

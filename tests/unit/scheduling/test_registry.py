@@ -46,6 +46,7 @@ class NotAScore:
 
 
 BUILT_INS = [
+    "cool-healthy",
     "easy-backfill",
     "node-selector",
     "node-state",
@@ -87,7 +88,7 @@ def test_register_then_create_by_name() -> None:
 @pytest.mark.parametrize(
     ("path", "message"),
     [
-        pytest.param("nope", "plugins: unknown plugin 'nope' (known: easy-backfill", id="unknown"),
+        pytest.param("nope", "plugins: unknown plugin 'nope' (known: cool-healthy", id="unknown"),
         pytest.param(
             "does.not.exist:Thing", "plugins: cannot load 'does.not.exist:Thing'", id="no-module"
         ),

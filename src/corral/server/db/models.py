@@ -118,6 +118,7 @@ class NodeRow(Base):
     memory: Mapped[int] = mapped_column(BigInteger)
     network: Mapped[list] = mapped_column(JSON)
     labels: Mapped[dict] = mapped_column(JSON)
+    attributes: Mapped[dict] = mapped_column(JSON, default=dict)
     free_ports: Mapped[list] = mapped_column(JSON, default=list)
     registered_at: Mapped[float] = mapped_column(Float)
     last_heartbeat: Mapped[float] = mapped_column(Float)

@@ -65,6 +65,7 @@ def node_of(row: NodeRow) -> Node:
         memory=row.memory,
         network=tuple(row.network),
         labels=tuple(sorted(row.labels.items())),
+        attributes=tuple(sorted((row.attributes or {}).items())),
         state=NodeState(row.state),
         address=row.address,
     )
@@ -234,6 +235,7 @@ def node_out(row: NodeRow, held: Sequence[TaskRow]) -> NodeOut:
         memory=row.memory,
         network=list(row.network),
         labels=dict(row.labels),
+        attributes=dict(row.attributes or {}),
         last_heartbeat=row.last_heartbeat,
         jobs=sorted({t.job_id for t in held}),
         devices=devices,

@@ -58,6 +58,7 @@ class NodeService:
             row.memory = req.memory
             row.network = list(req.network)
             row.labels = dict(req.labels)
+            row.attributes = dict(req.attributes)
             row.free_ports = []
             row.last_heartbeat = now
         notify_jobs(self.ctx, jobs, skip=req.name)
@@ -76,6 +77,8 @@ class NodeService:
                 raise ConflictError(f"node {req.node} is held by another agent; register again")
             node.last_heartbeat = now
             node.free_ports = req.free_ports[:16]
+            if req.attributes is not None and req.attributes != node.attributes:
+                node.attributes = dict(req.attributes)
             if node.state == NodeState.LOST.value:
                 move_node(session, node, NodeState.READY, "agent reconnected", now)
             keys = {(t.job_id, t.attempt, t.rank) for t in req.tasks} | {

@@ -69,6 +69,7 @@ def upgrade() -> None:
         sa.Column("memory", sa.BigInteger(), nullable=False),
         sa.Column("network", sa.JSON(), nullable=False),
         sa.Column("labels", sa.JSON(), nullable=False),
+        sa.Column("attributes", sa.JSON(), nullable=False),
         sa.Column("free_ports", sa.JSON(), nullable=False),
         sa.Column("registered_at", sa.Float(), nullable=False),
         sa.Column("last_heartbeat", sa.Float(), nullable=False),
