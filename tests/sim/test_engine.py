@@ -186,3 +186,24 @@ def test_easy_backfill_starts_what_fits_before_the_reservation() -> None:
     assert easy["short"] == ("completed", 20.0, 70.0)
     assert easy["gang"] == fifo["gang"] == ("completed", 100.0, 130.0)
     assert easy["long"][1] == 130.0
+
+
+LEAVES = (
+    "nodes:\n"
+    "  - {name: 'a{0..2}', gpus: {count: 8}, network: [z, s, leaf-a]}\n"
+    "  - {name: 'b{0..1}', gpus: {count: 8}, network: [z, s, leaf-b]}\n"
+)
+
+
+def test_topology_keeps_a_simulated_gang_in_one_leaf() -> None:
+    result = run(
+        "- {name: pair, submit_time: 0, duration: 10, nodes: 2, resources: {gpus: 8},"
+        " topology: {level: leaf, mode: required}}\n"
+        "- {name: trio, submit_time: 0, duration: 10, nodes: 3, resources: {gpus: 8},"
+        " topology: {level: leaf, mode: required}}\n",
+        cluster=LEAVES,
+    )
+    nodes = {j.name: {p.node for p in j.placement} for j in result.jobs}
+    assert nodes["pair"] == {"b0", "b1"}  # the smallest leaf that fits
+    assert nodes["trio"] == {"a0", "a1", "a2"}
+    assert {j.start_time for j in result.jobs} == {0.0}
