@@ -46,6 +46,7 @@ class Policy:
     fair_share_half_life: float = 7 * 86400.0
     interval: float = 10.0
     order: str = "priority-fifo"  # the QueueSort plugin: priority-fifo | shortest-first
+    sharing: str = "packing"  # placement of shared GPUs: packing | fgd (fragmentation-aware)
 
 
 DEFAULT_PRIORITY_CLASSES = (

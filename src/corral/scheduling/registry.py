@@ -18,6 +18,7 @@ from corral.scheduling.config import SchedulerConfig
 from corral.scheduling.framework import Profile, Score
 from corral.scheduling.plugins.backfill import EasyBackfill
 from corral.scheduling.plugins.devices import NvlinkDeviceSelect
+from corral.scheduling.plugins.fgd import FragmentationDeviceSelect, FragmentationScore
 from corral.scheduling.plugins.filters import (
     NodeSelectorFilter,
     NodeStateFilter,
@@ -92,6 +93,8 @@ def default_registry(load_entry_points: bool = True) -> PluginRegistry:
         TopologyDeviceSelect,
         NvlinkDomainFilter,
         CoolHealthyNodes,
+        FragmentationScore,
+        FragmentationDeviceSelect,
     ):
         registry.register(factory.name, factory)
     if load_entry_points:
@@ -111,6 +114,16 @@ def build_profile(config: SchedulerConfig, registry: PluginRegistry | None = Non
             )
         plugin.weight = ref.weight
         extra.append(plugin)
+    devices = registry.create("topology-devices")
+    if config.policy.sharing == "fgd":
+        # Fragmentation-aware sharing: the fgd score (unless configured explicitly, whose
+        # mix then also drives the device choice) and fgd device choice for shares.
+        fgd = next((p for p in extra if isinstance(p, FragmentationScore)), None)
+        if fgd is None:
+            fgd = registry.create("fgd")
+            extra.insert(0, fgd)
+        inner = registry.create("fgd-devices", mix=getattr(fgd, "mix", None))
+        devices = registry.create("topology-devices", inner=inner)
     return Profile(
         queue_sort=registry.create(config.policy.order),
         filters=(
@@ -121,6 +134,6 @@ def build_profile(config: SchedulerConfig, registry: PluginRegistry | None = Non
         ),
         scores=(registry.create("packing"), *extra),
         node_set=registry.create("topology"),
-        devices=registry.create("topology-devices"),
+        devices=devices,
         post_filters=(registry.create("easy-backfill"),) if config.policy.backfill else (),
     )

@@ -41,6 +41,7 @@ class PolicyModel(Strict):
     fair_share_half_life: Duration = 7 * 86400.0
     interval: Duration = 10.0
     order: Literal["priority-fifo", "shortest-first"] = "priority-fifo"
+    sharing: Literal["packing", "fgd"] = "packing"
 
 
 class PluginModel(Strict):
@@ -96,6 +97,7 @@ class SchedulerConfigModel(Strict):
                 fair_share_half_life=p.fair_share_half_life,
                 interval=p.interval,
                 order=p.order,
+                sharing=p.sharing,
             ),
             plugins=tuple(PluginRef(x.name, x.weight, tuple(x.args.items())) for x in self.plugins),
         )

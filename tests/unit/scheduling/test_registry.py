@@ -48,6 +48,8 @@ class NotAScore:
 BUILT_INS = [
     "cool-healthy",
     "easy-backfill",
+    "fgd",
+    "fgd-devices",
     "node-selector",
     "node-state",
     "nvlink-devices",
