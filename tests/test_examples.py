@@ -38,3 +38,19 @@ def test_example_sim_workload_runs_on_the_example_cluster() -> None:
     nodes = load_cluster((EXAMPLES / "cluster.yaml").read_text()).to_nodes()
     result = simulate(nodes, workload)
     assert len(result.jobs) == 40 and {j.state.value for j in result.jobs} == {"completed"}
+
+
+def test_example_policies_load() -> None:
+    from corral.scheduling.registry import build_profile
+
+    orders = {}
+    for name in ("fifo", "sjf", "easy-backfill", "fgd"):
+        config = load_config((EXAMPLES / f"{name}.yaml").read_text())
+        build_profile(config)
+        orders[name] = (config.policy.order, config.policy.backfill, config.policy.sharing)
+    assert orders == {
+        "fifo": ("priority-fifo", False, "packing"),
+        "sjf": ("shortest-first", False, "packing"),
+        "easy-backfill": ("priority-fifo", True, "packing"),
+        "fgd": ("priority-fifo", False, "fgd"),
+    }
