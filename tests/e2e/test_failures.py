@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from corral.schemas.api import JobOut
 from tests.e2e.cluster import LocalCluster, kill_groups, pid_alive, wait_for
 
 # Each task starts two grandchildren (one ignores SIGTERM) and records every pid.
@@ -37,6 +38,16 @@ def tree_job(out: Path, **extra: object) -> dict:
 
 def all_pids(out: Path, attempt: int = 0) -> list[int]:
     return [int(p) for f in out.glob(f"{attempt}-*.pids") for p in f.read_text().split()]
+
+
+def pids_on(out: Path, job: JobOut, node: str) -> list[int]:
+    """Every pid (tasks and their children) of attempt 0's tasks on ``node``."""
+    return [
+        int(p)
+        for t in job.tasks
+        if t.node == node
+        for p in (out / f"0-{t.rank}.pids").read_text().split()
+    ]
 
 
 def test_cancel_kills_the_whole_process_tree(cluster: LocalCluster, tmp_path: Path) -> None:
@@ -114,12 +125,7 @@ def test_lost_agent_requeues_the_job_and_stops_its_peers(
         first = client.get(job.id)
         victim = first.tasks[0].node
         peer = next(t.node for t in first.tasks if t.node != victim)
-        peer_pids = [
-            int(p)
-            for t in first.tasks
-            if t.node == peer
-            for p in (out / f"0-{t.rank}.pids").read_text().split()
-        ]
+        peer_pids = pids_on(out, first, peer)
         cluster.kill_agent(victim)
 
         def requeued_and_running() -> bool:
@@ -187,12 +193,7 @@ def test_stopping_an_agent_hands_its_work_back_at_once(
         wait_for(lambda: len(list(out.glob("0-*.pids"))) == 4, 30, "attempt 0 to start")
         first = client.get(job.id)
         victim = first.tasks[0].node
-        victim_pids = [
-            int(p)
-            for t in first.tasks
-            if t.node == victim
-            for p in (out / f"0-{t.rank}.pids").read_text().split()
-        ]
+        victim_pids = pids_on(out, first, victim)
         proc = cluster.agents[victim]
         proc.terminate()  # SIGTERM: a clean agent shutdown (node maintenance, corral down)
         proc.wait(timeout=30)
