@@ -20,7 +20,7 @@ from corral.core.job import Job, TopologyLevel
 from corral.core.node import Node
 from corral.core.resources import MILLI, GpuKind
 from corral.scheduling.config import SchedulerConfig
-from corral.scheduling.evaluation import NodeEvaluator
+from corral.scheduling.evaluation import NodeEvaluator, evaluator_for
 from corral.scheduling.framework import (
     CycleContext,
     NodeRequest,
@@ -73,9 +73,7 @@ def schedule(
     """Decide which pending jobs start now and where. Pure: no I/O, no clock but ``now``."""
     profile = profile or build_profile(config)
     snapshot = state.snapshot or Snapshot.build(state.nodes, state.allocations)
-    evaluator = snapshot.caches.get(profile)
-    if not isinstance(evaluator, NodeEvaluator):  # memo of filter/score results, see there
-        evaluator = snapshot.caches[profile] = NodeEvaluator(profile)
+    evaluator = evaluator_for(snapshot, profile)  # indexed filter/score results, see there
     order = sorted(pending, key=profile.queue_sort.sort_key)
     placements: list[Allocation] = []
     reasons: dict[int, PendingReason] = {}
@@ -132,21 +130,15 @@ def place_gang(
 ) -> Allocation | Unschedulable | Unresolvable:
     """All tasks of ``job`` on nodes of ``snapshot``, or why not (nothing is assumed).
 
-    ``evaluator`` carries filter and score results from job to job within one cycle;
-    ``reserved`` maps nodes the job may not use to the job they are held for.
+    ``evaluator`` carries filter and score results from job to job (default: the one kept
+    with ``snapshot``); ``reserved`` maps nodes the job may not use to the job they are
+    held for.
     """
-    evaluator = evaluator or NodeEvaluator(profile)
-    views = snapshot.views()
-    if reserved:
-        views = [v for v in views if v.name not in reserved]
-    found = evaluator.evaluate(request, views)
-    if reserved:
-        for holder in reserved.values():
-            found.rejections[f"reserved for job {holder}"] += 1
-        found.resolvable += len(reserved)
-    chosen = profile.node_set.select(job, request, found.candidates)
+    evaluator = evaluator or evaluator_for(snapshot, profile)
+    candidates = evaluator.evaluate(request, snapshot, reserved)
+    chosen = profile.node_set.select(job, request, candidates)
     if not isinstance(chosen, list):
-        return _explain(job, request, chosen, found.rejections, found.resolvable)
+        return _explain(job, request, chosen, candidates.rejections, candidates.resolvable)
     tasks: list[TaskAllocation] = []
     for node_rank, view in enumerate(chosen):
         devices = profile.devices.select(request, view)

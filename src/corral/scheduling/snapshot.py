@@ -1,17 +1,35 @@
 """The scheduler's working copy of the cluster: free resources per node.
 
-Built once per cycle from nodes and the allocations that hold resources. ``assume`` and
-``release`` apply a trial change and return a function that undoes it, so preemption and
-backfill searches explore "what if" without copying the cluster.
+Built from nodes and the allocations that hold resources (once per cycle, or kept by the
+caller between cycles). ``assume`` and ``release`` apply a trial change and return a
+function that undoes it, so preemption and backfill searches explore "what if" without
+copying the cluster. Every change is logged by node name, so indexes built over the
+snapshot (``evaluation.NodeEvaluator``) update only the nodes that changed.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 
 from corral.core.allocation import Allocation
 from corral.core.node import Node
 from corral.core.resources import MILLI, model_matches
+
+
+def node_likeness(node: Node) -> tuple:
+    """Everything about ``node`` but its name, address and device UUIDs: nodes with equal
+    likeness and equal free capacity look the same to the scheduler."""
+    devices = tuple(d if d.uuid is None else replace(d, uuid=None) for d in node.devices)
+    return (
+        devices,
+        node.cpus,
+        node.memory,
+        node.network,
+        node.labels,
+        node.state,
+        node.attributes,
+    )
 
 
 class NodeView:
@@ -34,6 +52,7 @@ class NodeView:
         "shared",
         "mig_used",
         "version",
+        "kind",
         "labels",
         "_position",
     )
@@ -46,6 +65,7 @@ class NodeView:
         self.shared = [False] * len(node.devices)  # holds fractional shares
         self.mig_used = [[0] * len(d.mig) for d in node.devices]
         self.version = 0
+        self.kind = 0  # nodes of one kind are alike but for their names (see Snapshot)
         self.labels = node.label_map
         self._position = {d.index: i for i, d in enumerate(node.devices)}
 
@@ -94,6 +114,19 @@ class NodeView:
         """Number of devices (busy or not) whose model matches: the node's capacity."""
         return self.node.capacity(model)
 
+    def likeness(self) -> tuple:
+        """Equal for two views of the same kind with the same free capacity (so every
+        filter and score answers the same for them)."""
+        mig = tuple(map(tuple, self.mig_used)) if any(self.mig_used) else ()
+        return (
+            self.kind,
+            tuple(self.used_milli),
+            tuple(self.shared),
+            mig,
+            self.free_cpus,
+            self.free_memory,
+        )
+
     @property
     def used_gpus(self) -> float:
         return sum(self.used_milli) / MILLI
@@ -133,9 +166,33 @@ class Snapshot:
     def __init__(self, nodes: Iterable[Node]) -> None:
         self.nodes: dict[str, NodeView] = {n.name: NodeView(n) for n in nodes}
         self._views = list(self.nodes.values())
+        self._kinds: dict[tuple, int] = {}
+        for view in self._views:
+            view.kind = self._kinds.setdefault(node_likeness(view.node), len(self._kinds))
         # Memos that stay valid as long as this snapshot (keyed by their owner, e.g. the
-        # cycle's per-profile evaluator, which relies on NodeView.version).
+        # cycle's per-profile evaluator, which follows the change log).
         self.caches: dict[object, object] = {}
+        self._log: list[str] = []  # names of changed nodes, oldest first
+        self._log_base = 0  # change position of self._log[0]
+
+    @property
+    def change_position(self) -> int:
+        """The number of node changes so far (a position in the change log)."""
+        return self._log_base + len(self._log)
+
+    def changes_since(self, position: int) -> list[str] | None:
+        """Names of the nodes changed since ``position`` (with repeats), or None when the
+        log no longer reaches back that far (the caller must look at every node)."""
+        if position < self._log_base:
+            return None
+        return self._log[position - self._log_base :]
+
+    def _changed(self, name: str) -> None:
+        self._log.append(name)
+        if len(self._log) > max(8192, 8 * len(self._views)):
+            drop = len(self._log) // 2
+            del self._log[:drop]
+            self._log_base += drop
 
     @classmethod
     def build(cls, nodes: Iterable[Node], allocations: Iterable[Allocation]) -> Snapshot:
@@ -153,8 +210,10 @@ class Snapshot:
         if view.node.devices != node.devices:
             raise ValueError(f"node {node.name}: devices changed; build a new snapshot")
         view.node = node
+        view.kind = self._kinds.setdefault(node_likeness(node), len(self._kinds))
         view.labels = node.label_map
         view.version += 1
+        self._changed(node.name)
 
     def views(self) -> Sequence[NodeView]:
         """Every node, in a stable order (do not mutate the sequence)."""
@@ -175,3 +234,4 @@ class Snapshot:
             view = self.nodes.get(name)
             if view is not None:
                 view._apply(alloc, sign)
+                self._changed(name)

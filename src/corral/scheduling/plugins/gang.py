@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Sequence
 
 from corral.core.job import Job
+from corral.scheduling.evaluation import as_candidates
 from corral.scheduling.framework import NodeRequest, ScoredNode, Unschedulable
 from corral.scheduling.snapshot import NodeView
 
@@ -22,5 +22,4 @@ class TopScoredNodes:
         if len(candidates) < want:
             free = len(candidates)
             return Unschedulable(f"{free} node{'' if free == 1 else 's'} can host it now")
-        best = heapq.nsmallest(want, candidates, key=lambda c: (-c.score, c.node.name))
-        return [c.node for c in best]
+        return as_candidates(candidates).best(want)

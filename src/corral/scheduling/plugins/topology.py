@@ -16,12 +16,12 @@ domains stay whole for larger gangs. Pure helpers: ``domain_of``, ``group_by_dom
 
 from __future__ import annotations
 
-import heapq
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
 from corral.core.job import Job, Topology, TopologyLevel, TopologyMode
 from corral.core.node import Node
+from corral.scheduling.evaluation import as_candidates
 from corral.scheduling.framework import NodeRequest, ScoredNode, Status, Unresolvable, Unschedulable
 from corral.scheduling.snapshot import NodeView
 
@@ -58,10 +58,19 @@ def common_level(nodes: Sequence[Node]) -> tuple[TopologyLevel, str]:
     return L.ANY, "the cluster"
 
 
-def _best(candidates: Sequence[ScoredNode], want: int) -> list[NodeView]:
-    return [
-        c.node for c in heapq.nsmallest(want, candidates, key=lambda c: (-c.score, c.node.name))
-    ]
+def _leaf(node: Node) -> tuple[str, ...] | None:
+    return domain_of(node, L.LEAF)
+
+
+def _spine(node: Node) -> tuple[str, ...] | None:
+    return domain_of(node, L.SPINE)
+
+
+def _zone(node: Node) -> tuple[str, ...] | None:
+    return domain_of(node, L.ZONE)
+
+
+DOMAIN_KEYS = {L.LEAF: _leaf, L.SPINE: _spine, L.ZONE: _zone}  # stable keys for the index
 
 
 class TopologyNodeSet:
@@ -74,24 +83,23 @@ class TopologyNodeSet:
     ) -> list[NodeView] | Unschedulable:
         want = job.spec.nodes
         topology = job.spec.topology or Topology()
+        candidates = as_candidates(candidates)
         if len(candidates) < want:
             free = len(candidates)
             return Unschedulable(f"{free} node{'' if free == 1 else 's'} can host it now")
         if want == 1 or topology.level not in NETWORK_DEPTH:
-            return _best(candidates, want)
+            return candidates.best(want)
         required = topology.mode is TopologyMode.REQUIRED
         start = TIGHT_TO_LOOSE.index(topology.level)
         for level in TIGHT_TO_LOOSE[start:] if not required else (topology.level,):
             if level is L.ANY:
-                return _best(candidates, want)
-            groups = group_by_domain(candidates, level)
-            fitting = [(key, m) for key, m in groups.items() if len(m) >= want]
+                return candidates.best(want)
+            sizes = candidates.domain_sizes(DOMAIN_KEYS[level])
+            fitting = [(n, key) for key, n in sizes.items() if n >= want]
             if fitting:
-                _, members = min(fitting, key=lambda km: (len(km[1]), km[0]))
-                return _best(members, want)
-        largest = max(
-            (len(m) for m in group_by_domain(candidates, topology.level).values()), default=0
-        )
+                _, domain = min(fitting)
+                return candidates.best_in(DOMAIN_KEYS[level], domain, want)
+        largest = max(candidates.domain_sizes(DOMAIN_KEYS[topology.level]).values(), default=0)
         return Unschedulable(
             f"no {topology.level.value} domain has {want} nodes that can host it now "
             f"(the best has {largest})"
