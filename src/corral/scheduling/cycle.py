@@ -54,6 +54,7 @@ class PendingReason:
     reason: str
     position: int  # 1-based place in the scheduling order
     unresolvable: bool = False  # no change in load would let it start
+    estimated_start: float | None = None  # from the backfill plan; None: not estimated
 
 
 @dataclass(frozen=True)
