@@ -174,6 +174,7 @@ class AllocationBuilder:
         self._tasks: list[TaskAllocation] = []
         self._priority = 0
         self._preemptible = True
+        self._extra: dict[str, object] = {}
 
     def task(
         self,
@@ -207,8 +208,36 @@ class AllocationBuilder:
         self._priority, self._preemptible = value, preemptible
         return self
 
+    def queue(self, name: str) -> AllocationBuilder:
+        self._extra["queue"] = name
+        return self
+
+    def started(self, at: float) -> AllocationBuilder:
+        self._extra["started_at"] = float(at)
+        return self
+
+    def checkpoint(self, at: float) -> AllocationBuilder:
+        """The job's last reported checkpoint."""
+        self._extra["last_checkpoint"] = float(at)
+        return self
+
+    def ends(self, at: float) -> AllocationBuilder:
+        self._extra["expected_end"] = float(at)
+        return self
+
+    def whole_node(self, node: str, gpus: int = 8) -> AllocationBuilder:
+        """One task holding GPUs 0..gpus-1 of ``node``."""
+        return self.task(node, gpus=range(gpus))
+
     def build(self) -> Allocation:
-        return Allocation(self._job_id, 0, tuple(self._tasks), self._priority, self._preemptible)
+        return Allocation(
+            self._job_id,
+            0,
+            tuple(self._tasks),
+            self._priority,
+            self._preemptible,
+            **self._extra,  # type: ignore[arg-type]
+        )
 
 
 def job(job_id: int) -> JobBuilder:

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 from corral.core.resources import MILLI
 
+MIG_SLICES = 7  # compute slices of a MIG-capable GPU (A100, H100): a 3g profile is 3/7
+
 
 @dataclass(frozen=True)
 class TaskAllocation:
@@ -65,6 +67,23 @@ class Allocation:
     preemptible: bool = True
     expected_end: float = math.inf  # when it should let go (start + run-time estimate)
     note: str = ""  # what the placement got, for the job's events (e.g. its topology)
+    queue: str = "default"  # the job's queue (quota accounting, fair share)
+    started_at: float | None = None  # when this attempt started (None: unknown)
+    last_checkpoint: float | None = None  # the job's last reported checkpoint (None: never)
+
+    @property
+    def gpus(self) -> float:
+        """GPUs held in total: each listed device counts ``gpu_milli / 1000`` (1 for a whole
+        GPU, 0.25 for a quarter share). A MIG instance counts ``1 / MIG_SLICES`` of a GPU
+        (one compute slice): the allocation does not record the instance's profile, so
+        ``corral.scheduling.quota`` reads it from the node for the exact ``Ng / 7``."""
+        total = 0.0
+        for task in self.tasks:
+            if task.mig_slots:
+                total += len(task.mig_slots) / MIG_SLICES
+            else:
+                total += len(task.gpus) * task.gpu_milli / MILLI
+        return total
 
     @property
     def nodes(self) -> tuple[str, ...]:

@@ -25,6 +25,7 @@ from corral.core.job import Job, JobSpec, PlacementPolicy, Topology
 from corral.core.resources import GpuKind, GpuRequest
 
 if TYPE_CHECKING:
+    from corral.scheduling.quota import QuotaBook
     from corral.scheduling.snapshot import NodeView, Snapshot
 
 
@@ -174,6 +175,8 @@ class CycleContext:
     reservations: tuple[Reservation, ...]
     now: float
     place: Callable[[Job, NodeRequest], Allocation | Unschedulable | Unresolvable]
+    preempting: frozenset[int] = frozenset()  # jobs already being preempted (not victims again)
+    quota: QuotaBook | None = None  # this cycle's quota accounting (None: no quotas)
 
 
 @runtime_checkable
