@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 
-from corral.core.allocation import Allocation
 from corral.core.job import Job
 from corral.core.units import format_duration
 from corral.scheduling.framework import (
@@ -22,25 +21,16 @@ from corral.scheduling.framework import (
     PostFilterResult,
     Reservation,
 )
+from corral.scheduling.plan import earliest_start
 
 
 def reserve(job: Job, request: NodeRequest, ctx: CycleContext) -> Reservation | None:
     """When and where ``job`` could start as running work ends; None if never."""
-    undo = []
-    found = None
-    try:
-        for alloc in sorted(ctx.allocations, key=lambda a: (a.expected_end, a.job_id)):
-            undo.append(ctx.snapshot.release(alloc))
-            trial = ctx.place(job, request)
-            if isinstance(trial, Allocation):
-                found = Reservation(
-                    job.id, frozenset(trial.nodes), max(ctx.now, alloc.expected_end)
-                )
-                break
-    finally:
-        for step in reversed(undo):
-            step()
-    return found
+    running = sorted(ctx.allocations, key=lambda a: (a.expected_end, a.job_id))
+    # one at a time: the fewest released, so the reservation favours nodes free now
+    steps = ((max(ctx.now, a.expected_end), (a,)) for a in running)
+    found = earliest_start(lambda: ctx.place(job, request), steps, ctx.snapshot.release)
+    return None if found is None else Reservation(job.id, frozenset(found[1].nodes), found[0])
 
 
 class EasyBackfill:

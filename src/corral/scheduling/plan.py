@@ -1,0 +1,337 @@
+"""When blocked jobs should start: a forward plan, like Slurm's backfill plan (``squeue --start``).
+
+:func:`estimate_starts` lets the running allocations end in order of their expected ends
+(``Allocation.expected_end``; unknown ends never come) and, after each release, starts the
+blocked jobs that fit then, in scheduling order, as the cycle would: with strict order a
+job that does not fit holds back every job behind it; with ``policy.backfill`` the first
+job that does not fit gets a reservation (found by :func:`earliest_start`, as the cycle's
+EASY backfill finds it) and the jobs behind it may start only where, or until when, they
+do not delay it. A job that fits at time ``t`` gets the estimate ``t`` and is assumed from
+then on, ending at ``t + expected_runtime`` (so its resources come back later in the walk),
+so the jobs after it see its planned use.
+
+It is an estimate: it assumes no new arrivals, no preemption, no quota limits, no node
+changes, and that every job runs exactly as long as its ``runtime_estimate`` (else its
+``time_limit``). Jobs that do not fit within the walk get no estimate.
+
+The work is bounded: the first ``limit`` blocked jobs only, at most ``max_steps`` release
+steps (allocations ending at the same time are released together; when there are more
+distinct end times than steps, consecutive ones are merged and released at the latest of
+them, so estimates err late, never early), and reservation look-aheads of at most
+``LOOKAHEAD_FACTOR * max_steps`` steps in all. A trial placement is skipped when too few
+ready nodes have enough free whole GPUs for it (a cheap count kept as the walk goes). The
+snapshot is left exactly as it was found (every change is undone).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+
+from sortedcontainers import SortedList
+
+from corral.core.allocation import Allocation
+from corral.core.job import Job
+from corral.core.resources import GpuKind
+from corral.scheduling.config import SchedulerConfig
+from corral.scheduling.evaluation import evaluator_for
+from corral.scheduling.framework import NodeRequest, Profile, Unresolvable, Unschedulable
+from corral.scheduling.snapshot import NodeView, Snapshot
+
+MAX_JOBS = 100  # blocked jobs planned, the first in scheduling order
+MAX_STEPS = 256  # release steps of the forward walk
+LOOKAHEAD_FACTOR = 4  # reservation look-aheads: at most this many times max_steps in all
+
+Outcome = Allocation | Unschedulable | Unresolvable
+Step = tuple[float, Sequence[Allocation]]  # (time, allocations expected to end by then)
+Undo = Callable[[], None]
+
+
+def release_steps(allocations: Iterable[Allocation], now: float, batch: int = 1) -> Iterator[Step]:
+    """``allocations`` (sorted by expected end) in release steps of at least ``batch``
+    allocations, allocations with the same end always in one step; a step's time is the
+    latest end in it, and never before ``now``."""
+    group: list[Allocation] = []
+    for alloc in allocations:
+        if len(group) >= batch and alloc.expected_end != group[-1].expected_end:
+            yield max(now, group[-1].expected_end), group
+            group = []
+        group.append(alloc)
+    if group:
+        yield max(now, group[-1].expected_end), group
+
+
+def earliest_start(
+    place: Callable[[], Outcome],
+    steps: Iterable[Step],
+    release: Callable[[Allocation], Undo],
+    may_fit: Callable[[], bool] | None = None,
+) -> tuple[float, Allocation] | None:
+    """The first step after whose releases ``place`` succeeds: ``(time, placement)``.
+
+    Releases each step's allocations in turn (with ``release``, which returns the undo)
+    and tries ``place`` after each step (unless ``may_fit`` says it cannot fit yet). None
+    when it never fits, or at once when ``place`` answers Unresolvable. Everything released
+    is restored before returning; nothing is assumed.
+    """
+    undo: list[Undo] = []
+    try:
+        for at, allocations in steps:
+            undo += [release(alloc) for alloc in allocations]
+            if may_fit is not None and not may_fit():
+                continue
+            trial = place()
+            if isinstance(trial, Allocation):
+                return at, trial
+            if isinstance(trial, Unresolvable):
+                return None
+        return None
+    finally:
+        for step in reversed(undo):
+            step()
+
+
+def estimate_starts(
+    snapshot: Snapshot,
+    allocations: Sequence[Allocation],
+    blocked: Sequence[Job],
+    profile: Profile,
+    config: SchedulerConfig,
+    now: float,
+    limit: int = MAX_JOBS,
+    max_steps: int = MAX_STEPS,
+) -> dict[int, float]:
+    """Estimated start times (``>= now``) of ``blocked`` jobs, by job id.
+
+    ``snapshot`` holds ``allocations`` (everything holding resources, with expected ends,
+    including this cycle's placements); ``blocked`` are the jobs left pending, in the
+    order the cycle tried them. Jobs left out of the result get no estimate: they never
+    fit within the walk, wait behind work without an expected end, or are past ``limit``.
+    Pure; ``snapshot`` is restored before returning.
+    """
+    jobs = list(blocked[: max(0, limit)])
+    if not jobs:
+        return {}
+    walk = _Walk(snapshot, profile, now, max(1, max_steps))
+    try:
+        return walk.run(jobs, allocations, config)
+    finally:
+        walk.restore()
+
+
+@dataclass(frozen=True)
+class _Reservation:
+    job_id: int
+    nodes: frozenset[str]
+    start: float
+
+    def held_from(self, job: Job, ends: float) -> dict[str, int]:
+        """The nodes ``job`` may not use (it would still run when the reservation starts)."""
+        if job.id == self.job_id or not (ends > self.start or math.isinf(ends)):
+            return {}
+        return dict.fromkeys(self.nodes, self.job_id)
+
+
+_NEVER = _Reservation(-1, frozenset(), math.inf)  # the look-ahead found no fit at all
+
+
+@dataclass
+class _Waiting:
+    job: Job
+    request: NodeRequest
+    shape: tuple  # jobs of one shape fit or not alike
+    tried: bool = False  # tried once for real (so a job that can never run is dropped)
+
+
+class _Walk:
+    """The forward walk over one snapshot: releases and assumptions with their undos, the
+    expected ends still to come, and a count of ready nodes by free whole GPUs."""
+
+    def __init__(self, snapshot: Snapshot, profile: Profile, now: float, max_steps: int) -> None:
+        self.snapshot = snapshot
+        self.profile = profile
+        self.evaluator = evaluator_for(snapshot, profile)
+        self.now = now
+        self.max_steps = max_steps
+        self.lookahead_left = LOOKAHEAD_FACTOR * max_steps
+        self.undo: list[Undo] = []
+        self.ends: SortedList = SortedList()  # (expected end, seq, allocation)
+        self.seq = itertools.count()
+        self.batch = 1
+        width = max((len(v.node.devices) for v in snapshot.views()), default=0)
+        self.free_whole = [0] * (width + 1)  # ready nodes by number of free whole GPUs
+        self.free_on: dict[str, int] = {}  # free whole GPUs by ready node
+        self.has_mig: set[str] = set()
+        for view in snapshot.views():
+            if view.node.state.schedulable:
+                if any(d.mig for d in view.node.devices):
+                    self.has_mig.add(view.name)
+                free = self.free_on[view.name] = self._free(view)
+                self.free_whole[free] += 1
+
+    # -- changes, counted -----------------------------------------------------------
+
+    def _free(self, view: NodeView) -> int:
+        if view.name in self.has_mig:
+            return view.free_whole_count()
+        return view.used_milli.count(0)  # the same, faster, without MIG devices
+
+    def _change(self, apply: Callable[[Allocation], Undo], alloc: Allocation) -> Undo:
+        nodes, free_on = self.snapshot.nodes, self.free_on
+        views = [nodes[name] for name in alloc.nodes if name in free_on]
+        inner = apply(alloc)
+        self._recount(views)
+
+        def undo() -> None:
+            inner()
+            self._recount(views)
+
+        return undo
+
+    def _recount(self, views: list[NodeView]) -> None:
+        for view in views:
+            old, new = self.free_on[view.name], self._free(view)
+            if old != new:
+                self.free_whole[old] -= 1
+                self.free_whole[new] += 1
+                self.free_on[view.name] = new
+
+    def release(self, alloc: Allocation) -> Undo:
+        return self._change(self.snapshot.release, alloc)
+
+    def assume(self, alloc: Allocation) -> None:
+        self.undo.append(self._change(self.snapshot.assume, alloc))
+        if not math.isinf(alloc.expected_end):
+            self.ends.add((alloc.expected_end, next(self.seq), alloc))
+
+    def restore(self) -> None:
+        for step in reversed(self.undo):
+            step()
+        self.undo.clear()
+
+    def may_fit(self, job: Job, request: NodeRequest) -> bool:
+        """False when too few ready nodes have the free whole GPUs one node of it needs."""
+        if request.gpus.kind is not GpuKind.WHOLE:
+            return True
+        need = request.gpus.count
+        return need < len(self.free_whole) and sum(self.free_whole[need:]) >= job.spec.nodes
+
+    # -- the walk -------------------------------------------------------------------
+
+    def run(
+        self, jobs: list[Job], allocations: Sequence[Allocation], config: SchedulerConfig
+    ) -> dict[int, float]:
+        for alloc in allocations:
+            if not math.isinf(alloc.expected_end):
+                self.ends.add((alloc.expected_end, next(self.seq), alloc))
+        self.batch = max(1, math.ceil(len(self.ends) / self.max_steps))
+        waiting = []
+        for job in jobs:
+            request = NodeRequest.of(job.spec, config.queue_placement(job.queue))
+            waiting.append(_Waiting(job, request, (request, job.spec.nodes, job.spec.tpu)))
+        backfill = config.policy.backfill
+        starts: dict[int, float] = {}
+        reservation: _Reservation | None = None
+        at = self.now
+        for step in range(self.max_steps + 1):
+            if step:
+                released = self._release_next()
+                if released is None:
+                    break
+                at = released
+            waiting, reservation = self._start_fitting(at, waiting, reservation, backfill, starts)
+            if not waiting:
+                break
+        return starts
+
+    def _release_next(self) -> float | None:
+        """Release the next step's allocations for good; its time, or None if none is left."""
+        step = next(self._steps(), None)
+        if step is None:
+            return None
+        at, allocations = step
+        del self.ends[: len(allocations)]
+        self.undo += [self.release(alloc) for alloc in allocations]
+        return at
+
+    def _steps(self) -> Iterator[Step]:
+        return release_steps((alloc for _, _, alloc in self.ends), self.now, self.batch)
+
+    def _start_fitting(
+        self,
+        at: float,
+        waiting: list[_Waiting],
+        reservation: _Reservation | None,
+        backfill: bool,
+        starts: dict[int, float],
+    ) -> tuple[list[_Waiting], _Reservation | None]:
+        """Start, at ``at``, the waiting jobs that fit then; the ones still waiting."""
+        from corral.scheduling.cycle import place_gang  # cycle imports this module's users
+
+        still: list[_Waiting] = []
+        failed: set[tuple] = set()  # shapes that did not fit at this step
+        for item in waiting:
+            if still and not backfill:
+                still.append(item)  # strict order: behind a job that waits
+                continue
+            job, request = item.job, item.request
+            held = reservation.held_from(job, at + job.spec.expected_runtime) if reservation else {}
+            shape = (item.shape, bool(held))
+            outcome: Outcome | None = None
+            early = (
+                reservation is not None and reservation.job_id == job.id and at < reservation.start
+            )
+            if not item.tried or (not early and shape not in failed and self.may_fit(job, request)):
+                item.tried = True
+                outcome = place_gang(
+                    job, request, self.snapshot, self.profile, self.evaluator, held, at
+                )
+            if isinstance(outcome, Allocation):
+                starts[job.id] = at
+                self.assume(outcome)
+                if reservation is not None and reservation.job_id == job.id:
+                    reservation = None
+                    failed.clear()
+                continue
+            if isinstance(outcome, Unresolvable):
+                continue  # never fits: no estimate
+            failed.add(shape)
+            if backfill and reservation is None:
+                reservation = self._reserve(item, at)
+                failed.clear()
+                if reservation is _NEVER:
+                    reservation = None
+                    continue  # does not fit even once all running work with an end is gone
+            still.append(item)
+        return still, reservation
+
+    def _reserve(self, item: _Waiting, at: float) -> _Reservation | None:
+        """When and where ``item`` could start as the planned work ends (EASY backfill's
+        reservation); None when the look-ahead budget ran out, ``_NEVER`` if never."""
+        from corral.scheduling.cycle import place_gang
+
+        if self.lookahead_left <= 0:
+            return None
+        exhausted = True
+
+        def budgeted() -> Iterator[Step]:
+            nonlocal exhausted
+            for step in self._steps():
+                if self.lookahead_left <= 0:
+                    exhausted = False
+                    return
+                self.lookahead_left -= 1
+                yield step
+
+        job, request = item.job, item.request
+        found = earliest_start(
+            lambda: place_gang(job, request, self.snapshot, self.profile, self.evaluator, None, at),
+            budgeted(),
+            self.release,
+            lambda: self.may_fit(job, request),
+        )
+        if found is None:
+            return _NEVER if exhausted else None
+        return _Reservation(job.id, frozenset(found[1].nodes), found[0])
