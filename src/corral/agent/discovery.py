@@ -2,11 +2,37 @@
 
 Everything here is read-only with respect to the host. Only :func:`discover_nvml` and
 :func:`nvml_available` touch NVML; the parsing and grouping helpers are pure functions.
+
+**MIG.** A GPU whose current MIG mode (``nvmlDeviceGetMigMode``) is enabled is reported
+with its MIG devices, in NVML's MIG device index order (``nvmlDeviceGetMaxMigDeviceCount``
+slots, each read with ``nvmlDeviceGetMigDeviceHandleByIndex``; an empty slot is skipped):
+``mig`` holds their profiles, which is what the scheduler hands out (a slot is a position
+in that tuple), and ``mig_uuids`` their UUIDs (``nvmlDeviceGetUUID`` on the MIG handle,
+``MIG-<uuid>``, or ``MIG-GPU-<uuid>/<gi>/<ci>`` on drivers before R470), which is what a
+task gets in ``CUDA_VISIBLE_DEVICES``. A profile is named, first found first:
+
+1. from the MIG device's name (``nvmlDeviceGetName``: ``"NVIDIA A100-SXM4-80GB MIG
+   3g.40gb"``, or ``"MIG 3g.40gb"``);
+2. else from its attributes (``nvmlDeviceGetAttributes``: GPU-instance slices ``g``,
+   compute-instance slices ``c``, memory): the name of the parent's GPU-instance profile
+   (``nvmlDeviceGetGpuInstanceProfileInfo``, version 2 carries ``"MIG 3g.40gb"``) with ``g``
+   slices and the memory nearest the instance's; failing that ``<g>g.<memory in GiB,
+   rounded up>gb`` (NVIDIA's names for A100, H100, H200 and B200 profiles except A100 and
+   H100 ``7g.80gb``, which reports 78.5 GiB).
+
+A ``+me`` (media extensions) suffix is dropped: such an instance serves a plain request. A
+compute instance smaller than its GPU instance is named ``<c>c.<g>g.<n>gb`` (as NVML and
+``nvidia-smi -L`` do); no request names that form, so the scheduler never hands it out as
+a whole GPU instance. A GPU in MIG mode none of whose instances can be read (or that has
+none) is left out: CUDA cannot use it whole, and there is nothing to hand out. A GPU on
+which the MIG query is not supported (``NVMLError_NotSupported``, or a driver without the
+function) is a plain GPU.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import re
 from collections.abc import Callable
@@ -47,6 +73,7 @@ _SPEC_RE = re.compile(
     re.IGNORECASE,
 )
 _NAME_MEMORY_RE = re.compile(r"(\d+)\s*GB", re.IGNORECASE)
+_MIG_NAME_RE = re.compile(r"(?<![\w.])(?:(\d+)c\.)?(\d+)g\.(\d+)gb(?![\w.])", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -55,6 +82,8 @@ class DiscoveredGpu:
 
     ``nvlink_domain``: GPUs connected by NVLink share a domain id (0, 1, ... numbered by
     their lowest member index); a GPU without NVLink peers has a domain of its own.
+    ``mig``: the profiles of its MIG instances when it is in MIG mode (empty otherwise),
+    and ``mig_uuids`` their UUIDs, aligned.
     """
 
     index: int
@@ -62,6 +91,8 @@ class DiscoveredGpu:
     memory_bytes: int
     uuid: str | None
     nvlink_domain: int
+    mig: tuple[str, ...] = ()
+    mig_uuids: tuple[str, ...] = ()
 
 
 def _spec_error(spec: str, reason: str) -> ValueError:
@@ -156,6 +187,21 @@ def _text(value: str | bytes) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else value
 
 
+def mig_profile_name(text: str) -> str | None:
+    """The MIG profile an NVML name mentions, or None.
+
+    ``"NVIDIA A100-SXM4-80GB MIG 3g.40gb"`` and ``"MIG 3g.40gb"`` -> ``"3g.40gb"``;
+    ``"MIG 1g.10gb+me"`` -> ``"1g.10gb"``; ``"MIG 1c.3g.40gb"`` (a compute instance on a
+    third of a ``3g.40gb``) -> ``"1c.3g.40gb"``; ``"NVIDIA A100-SXM4-80GB"`` -> None.
+    """
+    match = _MIG_NAME_RE.search(text)
+    if match is None:
+        return None
+    compute, slices, memory = (int(g) if g else 0 for g in match.groups())
+    name = f"{slices}g.{memory}gb"
+    return f"{compute}c.{name}" if 0 < compute < slices else name
+
+
 def nvml_available() -> bool:
     """True when pynvml imports and ``nvmlInit()`` succeeds (a driver is present); never raises."""
     try:
@@ -193,6 +239,7 @@ def discover_nvml() -> list[DiscoveredGpu]:
             )
             for h in handles
         ]
+        migs = [_mig_instances(pynvml, h) for h in handles]
         domains = _nvml_domains(pynvml, handles)
     except pynvml.NVMLError as exc:
         raise RuntimeError(f"NVML device query failed: {exc}") from exc
@@ -200,9 +247,85 @@ def discover_nvml() -> list[DiscoveredGpu]:
         with contextlib.suppress(Exception):
             pynvml.nvmlShutdown()
     return [
-        DiscoveredGpu(index=i, model=model, memory_bytes=mem, uuid=uuid, nvlink_domain=domains[i])
-        for i, (model, mem, uuid) in enumerate(infos)
+        DiscoveredGpu(
+            index=i,
+            model=model,
+            memory_bytes=mem,
+            uuid=uuid,
+            nvlink_domain=domains[i],
+            mig=tuple(profile for profile, _ in mig or ()),
+            mig_uuids=tuple(instance for _, instance in mig or ()),
+        )
+        for i, ((model, mem, uuid), mig) in enumerate(zip(infos, migs, strict=True))
+        if mig != []  # in MIG mode with nothing to hand out: unusable
     ]
+
+
+def _mig_instances(pynvml: ModuleType, handle: Any) -> list[tuple[str, str]] | None:
+    """``(profile, uuid)`` of each MIG device of a GPU in MIG mode, in MIG device index
+    order (unreadable ones left out); None when the GPU is not in MIG mode."""
+    try:
+        current, _pending = pynvml.nvmlDeviceGetMigMode(handle)
+    except (pynvml.NVMLError_NotSupported, pynvml.NVMLError_FunctionNotFound):
+        return None  # not MIG-capable, or a driver without MIG
+    if current != pynvml.NVML_DEVICE_MIG_ENABLE:
+        return None
+    try:
+        slots = pynvml.nvmlDeviceGetMaxMigDeviceCount(handle)
+    except pynvml.NVMLError:
+        return []
+    instances = []
+    for slot in range(slots):
+        try:
+            mig = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
+            uuid = _text(pynvml.nvmlDeviceGetUUID(mig))
+        except pynvml.NVMLError:  # NotFound: no MIG device in this slot
+            continue
+        profile = _mig_profile(pynvml, handle, mig)
+        if profile is not None and uuid:
+            instances.append((profile, uuid))
+    return instances
+
+
+def _mig_profile(pynvml: ModuleType, parent: Any, mig: Any) -> str | None:
+    """A MIG device's profile: from its name, else from its slices and memory (see the
+    module's docstring); None if NVML tells neither."""
+    with contextlib.suppress(pynvml.NVMLError):
+        named = mig_profile_name(_text(pynvml.nvmlDeviceGetName(mig)))
+        if named:
+            return named
+    try:
+        attributes = pynvml.nvmlDeviceGetAttributes(mig)
+    except pynvml.NVMLError:
+        return None
+    slices = int(attributes.gpuInstanceSliceCount)
+    compute = int(attributes.computeInstanceSliceCount)
+    memory_mb = int(attributes.memorySizeMB)
+    if slices <= 0 or memory_mb <= 0:
+        return None
+    name = _gpu_instance_profile(pynvml, parent, slices, memory_mb)
+    name = name or f"{slices}g.{math.ceil(memory_mb / 1024)}gb"
+    return f"{compute}c.{name}" if 0 < compute < slices else name
+
+
+def _gpu_instance_profile(
+    pynvml: ModuleType, parent: Any, slices: int, memory_mb: int
+) -> str | None:
+    """The named GPU-instance profile of ``parent`` with ``slices`` slices whose memory is
+    nearest ``memory_mb`` (the lowest profile id on ties: the plain one before ``+me``)."""
+    best: tuple[int, str] | None = None
+    for profile in range(getattr(pynvml, "NVML_GPU_INSTANCE_PROFILE_COUNT", 0)):
+        try:
+            info = pynvml.nvmlDeviceGetGpuInstanceProfileInfo(parent, profile)
+        except pynvml.NVMLError:  # not supported on this GPU, or no such profile id
+            continue
+        name = mig_profile_name(_text(getattr(info, "name", b"")))
+        if name is None or int(info.sliceCount) != slices:
+            continue
+        gap = abs(int(info.memorySizeMB) - memory_mb)
+        if best is None or gap < best[0]:
+            best = (gap, name)
+    return best[1] if best else None
 
 
 def _nvml_domains(pynvml: ModuleType, handles: list[Any]) -> list[int]:
