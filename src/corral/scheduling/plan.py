@@ -4,11 +4,14 @@
 (``Allocation.expected_end``; unknown ends never come) and, after each release, starts the
 blocked jobs that fit then, in scheduling order, as the cycle would: with strict order a
 job that does not fit holds back every job behind it; with ``policy.backfill`` the first
-job that does not fit gets a reservation (found by :func:`earliest_start`, as the cycle's
-EASY backfill finds it) and the jobs behind it may start only where, or until when, they
-do not delay it. A job that fits at time ``t`` gets the estimate ``t`` and is assumed from
-then on, ending at ``t + expected_runtime`` (so its resources come back later in the walk),
-so the jobs after it see its planned use.
+job that does not fit gets a reservation (found by :func:`earliest_start` releasing the
+planned work one allocation at a time, as the cycle's EASY backfill finds it), kept until
+it starts, and the jobs behind it may start only where, or until when, they do not delay
+it. A job that fits at time ``t`` gets the estimate ``t`` and is assumed from then on,
+ending at ``t + expected_runtime`` (so its resources come back later in the walk), so the
+jobs after it see its planned use. With no arrivals and exact estimates it predicts the
+cycle's own starts (strict order exactly; with backfill the cycle may re-choose a
+reservation's nodes from cycle to cycle, so later backfills can differ slightly).
 
 It is an estimate: it assumes no new arrivals, no preemption, no quota limits, no node
 changes, and that every job runs exactly as long as its ``runtime_estimate`` (else its
@@ -18,9 +21,10 @@ The work is bounded: the first ``limit`` blocked jobs only, at most ``max_steps`
 steps (allocations ending at the same time are released together; when there are more
 distinct end times than steps, consecutive ones are merged and released at the latest of
 them, so estimates err late, never early), and reservation look-aheads of at most
-``LOOKAHEAD_FACTOR * max_steps`` steps in all. A trial placement is skipped when too few
-ready nodes have enough free whole GPUs for it (a cheap count kept as the walk goes). The
-snapshot is left exactly as it was found (every change is undone).
+``LOOKAHEAD_FACTOR`` times as many releases as there are ends to come (after that, blocked
+jobs get no new reservation). A trial placement is skipped when too few ready nodes have
+enough free whole GPUs for it (a cheap count kept as the walk goes). The snapshot is left
+exactly as it was found (every change is undone).
 """
 
 from __future__ import annotations
@@ -42,11 +46,18 @@ from corral.scheduling.snapshot import NodeView, Snapshot
 
 MAX_JOBS = 100  # blocked jobs planned, the first in scheduling order
 MAX_STEPS = 256  # release steps of the forward walk
-LOOKAHEAD_FACTOR = 4  # reservation look-aheads: at most this many times max_steps in all
+LOOKAHEAD_FACTOR = 4  # reservation look-aheads release at most this many times the ends
 
 Outcome = Allocation | Unschedulable | Unresolvable
 Step = tuple[float, Sequence[Allocation]]  # (time, allocations expected to end by then)
 Undo = Callable[[], None]
+
+
+def one_by_one(allocations: Iterable[Allocation], now: float) -> Iterator[Step]:
+    """``allocations`` (sorted by expected end, then job id) in release steps of one, as the
+    cycle's EASY backfill releases them (the fewest released, so a reservation favours
+    nodes free now); a step's time is never before ``now``."""
+    return ((max(now, alloc.expected_end), (alloc,)) for alloc in allocations)
 
 
 def release_steps(allocations: Iterable[Allocation], now: float, batch: int = 1) -> Iterator[Step]:
@@ -141,13 +152,42 @@ _NEVER = _Reservation(-1, frozenset(), math.inf)  # the look-ahead found no fit 
 class _Waiting:
     job: Job
     request: NodeRequest
-    shape: tuple  # jobs of one shape fit or not alike
+    shape: int  # jobs of one shape (request, nodes, TPU slice) fit or not alike
     tried: bool = False  # tried once for real (so a job that can never run is dropped)
+
+
+class _Pool:
+    """Ready nodes that match a node selector, counted by free whole GPUs of a model: a
+    job needing ``g`` of them on each of ``n`` nodes cannot fit while fewer than ``n``
+    nodes have ``g`` (a necessary condition, cheap to keep as the walk goes)."""
+
+    def __init__(self, views: Iterable[NodeView], model: str | None, width: int) -> None:
+        self.model = model
+        self.by_free = [0] * (width + 1)  # nodes by their number of free whole GPUs
+        self.free_on: dict[str, int] = {}
+        for view in views:
+            free = self.free_on[view.name] = self._free(view)
+            self.by_free[free] += 1
+
+    def _free(self, view: NodeView) -> int:
+        if self.model is None and not any(view.mig_used):
+            return view.used_milli.count(0)  # free_whole_count(), faster without MIG
+        return view.free_whole_count(self.model)
+
+    def recount(self, view: NodeView) -> None:
+        old = self.free_on.get(view.name)
+        if old is not None and old != (new := self._free(view)):
+            self.by_free[old] -= 1
+            self.by_free[new] += 1
+            self.free_on[view.name] = new
+
+    def has(self, gpus: int, nodes: int) -> bool:
+        return gpus < len(self.by_free) and sum(self.by_free[gpus:]) >= nodes
 
 
 class _Walk:
     """The forward walk over one snapshot: releases and assumptions with their undos, the
-    expected ends still to come, and a count of ready nodes by free whole GPUs."""
+    expected ends still to come, and free whole GPUs counted per node pool."""
 
     def __init__(self, snapshot: Snapshot, profile: Profile, now: float, max_steps: int) -> None:
         self.snapshot = snapshot
@@ -155,48 +195,34 @@ class _Walk:
         self.evaluator = evaluator_for(snapshot, profile)
         self.now = now
         self.max_steps = max_steps
-        self.lookahead_left = LOOKAHEAD_FACTOR * max_steps
+        self.lookahead_left = 0  # releases left for reservation look-aheads (set in run)
         self.undo: list[Undo] = []
-        self.ends: SortedList = SortedList()  # (expected end, seq, allocation)
+        self.ends: SortedList = SortedList()  # (expected end, job id, seq, allocation)
         self.seq = itertools.count()
         self.batch = 1
-        width = max((len(v.node.devices) for v in snapshot.views()), default=0)
-        self.free_whole = [0] * (width + 1)  # ready nodes by number of free whole GPUs
-        self.free_on: dict[str, int] = {}  # free whole GPUs by ready node
-        self.has_mig: set[str] = set()
-        for view in snapshot.views():
-            if view.node.state.schedulable:
-                if any(d.mig for d in view.node.devices):
-                    self.has_mig.add(view.name)
-                free = self.free_on[view.name] = self._free(view)
-                self.free_whole[free] += 1
+        self.ready = [v for v in snapshot.views() if v.node.state.schedulable]
+        self.width = max((len(v.node.devices) for v in self.ready), default=0)
+        self.pools: dict[tuple, _Pool] = {}  # by (node selector, GPU model)
+        self.dirty: set[NodeView] = set()  # nodes changed since the pools counted them
+        self.views_of: dict[int, list[NodeView]] = {}  # nodes by id of allocation
 
     # -- changes, counted -----------------------------------------------------------
 
-    def _free(self, view: NodeView) -> int:
-        if view.name in self.has_mig:
-            return view.free_whole_count()
-        return view.used_milli.count(0)  # the same, faster, without MIG devices
-
     def _change(self, apply: Callable[[Allocation], Undo], alloc: Allocation) -> Undo:
-        nodes, free_on = self.snapshot.nodes, self.free_on
-        views = [nodes[name] for name in alloc.nodes if name in free_on]
+        """``apply`` (the snapshot's assume or release), its nodes marked for a recount
+        (done when the counts are next read)."""
+        views = self.views_of.get(id(alloc))
+        if views is None:
+            nodes = self.snapshot.nodes
+            views = self.views_of[id(alloc)] = [nodes[n] for n in alloc.nodes if n in nodes]
         inner = apply(alloc)
-        self._recount(views)
+        self.dirty.update(views)
 
         def undo() -> None:
             inner()
-            self._recount(views)
+            self.dirty.update(views)
 
         return undo
-
-    def _recount(self, views: list[NodeView]) -> None:
-        for view in views:
-            old, new = self.free_on[view.name], self._free(view)
-            if old != new:
-                self.free_whole[old] -= 1
-                self.free_whole[new] += 1
-                self.free_on[view.name] = new
 
     def release(self, alloc: Allocation) -> Undo:
         return self._change(self.snapshot.release, alloc)
@@ -204,7 +230,7 @@ class _Walk:
     def assume(self, alloc: Allocation) -> None:
         self.undo.append(self._change(self.snapshot.assume, alloc))
         if not math.isinf(alloc.expected_end):
-            self.ends.add((alloc.expected_end, next(self.seq), alloc))
+            self.ends.add((alloc.expected_end, alloc.job_id, next(self.seq), alloc))
 
     def restore(self) -> None:
         for step in reversed(self.undo):
@@ -212,11 +238,23 @@ class _Walk:
         self.undo.clear()
 
     def may_fit(self, job: Job, request: NodeRequest) -> bool:
-        """False when too few ready nodes have the free whole GPUs one node of it needs."""
+        """False when too few ready nodes that match its selector have the free whole GPUs
+        (of its model) one node of it needs."""
         if request.gpus.kind is not GpuKind.WHOLE:
             return True
-        need = request.gpus.count
-        return need < len(self.free_whole) and sum(self.free_whole[need:]) >= job.spec.nodes
+        if self.dirty:
+            for pool in self.pools.values():
+                for view in self.dirty:
+                    pool.recount(view)
+            self.dirty.clear()
+        key = (request.selector, request.model)
+        pool = self.pools.get(key)
+        if pool is None:
+            members = (
+                v for v in self.ready if all(v.labels.get(k) == x for k, x in request.selector)
+            )
+            pool = self.pools[key] = _Pool(members, request.model, self.width)
+        return pool.has(request.gpus.count, job.spec.nodes)
 
     # -- the walk -------------------------------------------------------------------
 
@@ -225,12 +263,14 @@ class _Walk:
     ) -> dict[int, float]:
         for alloc in allocations:
             if not math.isinf(alloc.expected_end):
-                self.ends.add((alloc.expected_end, next(self.seq), alloc))
+                self.ends.add((alloc.expected_end, alloc.job_id, next(self.seq), alloc))
         self.batch = max(1, math.ceil(len(self.ends) / self.max_steps))
-        waiting = []
+        self.lookahead_left = LOOKAHEAD_FACTOR * max(len(self.ends), self.max_steps)
+        waiting, shapes = [], {}
         for job in jobs:
             request = NodeRequest.of(job.spec, config.queue_placement(job.queue))
-            waiting.append(_Waiting(job, request, (request, job.spec.nodes, job.spec.tpu)))
+            shape = shapes.setdefault((request, job.spec.nodes, job.spec.tpu), len(shapes))
+            waiting.append(_Waiting(job, request, shape))
         backfill = config.policy.backfill
         starts: dict[int, float] = {}
         reservation: _Reservation | None = None
@@ -256,8 +296,12 @@ class _Walk:
         self.undo += [self.release(alloc) for alloc in allocations]
         return at
 
+    def _ending(self) -> Iterator[Allocation]:
+        """The allocations still to end, by expected end (then job id)."""
+        return (alloc for *_, alloc in self.ends)
+
     def _steps(self) -> Iterator[Step]:
-        return release_steps((alloc for _, _, alloc in self.ends), self.now, self.batch)
+        return release_steps(self._ending(), self.now, self.batch)
 
     def _start_fitting(
         self,
@@ -268,10 +312,11 @@ class _Walk:
         starts: dict[int, float],
     ) -> tuple[list[_Waiting], _Reservation | None]:
         """Start, at ``at``, the waiting jobs that fit then; the ones still waiting."""
-        from corral.scheduling.cycle import place_gang  # cycle imports this module's users
+        # imported here: cycle -> registry -> plugins.backfill -> this module
+        from corral.scheduling.cycle import place_gang
 
         still: list[_Waiting] = []
-        failed: set[tuple] = set()  # shapes that did not fit at this step
+        failed: set[tuple[int, bool]] = set()  # shapes that did not fit at this step
         for item in waiting:
             if still and not backfill:
                 still.append(item)  # strict order: behind a job that waits
@@ -318,7 +363,7 @@ class _Walk:
 
         def budgeted() -> Iterator[Step]:
             nonlocal exhausted
-            for step in self._steps():
+            for step in one_by_one(self._ending(), self.now):
                 if self.lookahead_left <= 0:
                     exhausted = False
                     return

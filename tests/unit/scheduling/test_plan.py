@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 
@@ -15,7 +16,7 @@ from corral.scheduling.framework import NodeRequest
 from corral.scheduling.plan import earliest_start, estimate_starts, release_steps
 from corral.scheduling.registry import build_profile
 from corral.scheduling.snapshot import Snapshot
-from tests.builders import allocation, gpu_nodes, job
+from tests.builders import allocation, gpu_nodes, job, node
 
 NOW = 1000.0
 STRICT = SchedulerConfig()
@@ -297,3 +298,73 @@ def test_earliest_start_restores_what_it_released() -> None:
         earliest_start(place, release_steps(running, NOW), snapshot.release, lambda: False) is None
     )
     assert tries == [] and _state(snapshot) == before
+
+
+def _simulate(
+    nodes: list[Node], running: list[Allocation], pending: list[Job], config: SchedulerConfig
+) -> dict[int, float]:
+    """When each job really starts if cycles run at every expected end, nothing new
+    arrives and every job runs for exactly its estimate."""
+    at, held, waiting, starts = NOW, list(running), list(pending), {}
+    while waiting:
+        decisions = schedule(ClusterState(tuple(nodes), tuple(held)), waiting, config, at)
+        for placed in decisions.placements:
+            starts[placed.job_id] = at
+            held.append(placed)
+        waiting = [j for j in waiting if j.id not in starts]
+        later = [a.expected_end for a in held if at < a.expected_end < math.inf]
+        if not later:
+            break
+        at = min(later)
+        held = [a for a in held if a.expected_end > at]
+    return starts
+
+
+def _workload(seed: int) -> tuple[list[Node], list[Allocation], list[Job]]:
+    rng = random.Random(seed)
+    nodes = [node(f"n{i}").gpus(8).network("z", "s", f"l{i // 2}").build() for i in range(4)]
+    running = []
+    for i, each in enumerate(nodes):
+        used = rng.choice([0, 2, 4, 8])
+        if used:
+            running.append(busy(900 + i, each.name, NOW + rng.choice([30, 60, 90, 120]), used))
+    pending = []
+    for job_id in range(1, 13):
+        gpus, count = rng.choice([(1, 1), (2, 1), (4, 1), (8, 1), (8, 2), (4, 2)])
+        pending.append(
+            job(job_id)
+            .gpus(gpus)
+            .nodes(count)
+            .priority(rng.choice([0, 10]))
+            .runtime_estimate(rng.choice([20, 45, 60, 100]))
+            .build()
+        )
+    return nodes, running, pending
+
+
+@pytest.mark.parametrize("config", [STRICT, BACKFILL], ids=["strict", "backfill"])
+@pytest.mark.parametrize("seed", range(12))
+def test_estimates_match_the_cycles_when_jobs_run_as_estimated(
+    config: SchedulerConfig, seed: int
+) -> None:
+    """With no arrivals and exact estimates, the plan predicts the cycle's own starts."""
+    nodes, running, pending = _workload(seed)
+    real = _simulate(nodes, running, pending, config)
+    decisions = schedule(ClusterState(tuple(nodes), tuple(running)), pending, config, NOW)
+    held = tuple(running) + decisions.placements
+    profile = build_profile(config)
+    left = [
+        j for j in sorted(pending, key=profile.queue_sort.sort_key) if j.id in decisions.pending
+    ]
+    snapshot = Snapshot.build(nodes, held)
+    planned = estimate_starts(snapshot, held, left, profile, config, NOW)
+    assert planned == {j.id: real[j.id] for j in left if j.id in real}
+
+
+def test_without_look_ahead_budget_later_jobs_are_not_held_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    blocked = [GANG.build(), job(2).gpus(8).runtime_estimate(500).build()]
+    assert plan(THREE, STAGGERED, blocked, BACKFILL) == {1: 100, 2: 500}
+    monkeypatch.setattr("corral.scheduling.plan.LOOKAHEAD_FACTOR", 0)
+    assert plan(THREE, STAGGERED, blocked, BACKFILL) == {1: 500, 2: 0}

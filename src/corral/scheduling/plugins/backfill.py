@@ -21,14 +21,13 @@ from corral.scheduling.framework import (
     PostFilterResult,
     Reservation,
 )
-from corral.scheduling.plan import earliest_start
+from corral.scheduling.plan import earliest_start, one_by_one
 
 
 def reserve(job: Job, request: NodeRequest, ctx: CycleContext) -> Reservation | None:
     """When and where ``job`` could start as running work ends; None if never."""
     running = sorted(ctx.allocations, key=lambda a: (a.expected_end, a.job_id))
-    # one at a time: the fewest released, so the reservation favours nodes free now
-    steps = ((max(ctx.now, a.expected_end), (a,)) for a in running)
+    steps = one_by_one(running, ctx.now)
     found = earliest_start(lambda: ctx.place(job, request), steps, ctx.snapshot.release)
     return None if found is None else Reservation(job.id, frozenset(found[1].nodes), found[0])
 
