@@ -52,5 +52,5 @@ def test_example_policies_load() -> None:
         "fifo": ("priority-fifo", False, "packing"),
         "sjf": ("shortest-first", False, "packing"),
         "easy-backfill": ("priority-fifo", True, "packing"),
-        "fgd": ("priority-fifo", False, "fgd"),
+        "fgd": ("fair-share", False, "fgd"),
     }

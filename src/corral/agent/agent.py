@@ -182,7 +182,9 @@ class Agent:
         answer = self._post("register", body.model_dump(mode="json"), s.join_token)
         self._token = answer["node_token"]
         self.interval = float(answer.get("sync_interval", self.interval))
-        log.info("registered node %s with %d GPUs at %s", s.name, len(s.node.devices), self._url)
+        chips = sum(1 for d in s.node.devices if d.kind == "tpu")
+        devices = f"{chips} TPU chips" if chips else f"{len(s.node.devices)} GPUs"
+        log.info("registered node %s with %s at %s", s.name, devices, self._url)
 
     def _sync_once(self, shutdown: bool = False) -> None:
         request = self._build_request()

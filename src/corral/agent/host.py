@@ -39,6 +39,8 @@ def describe_host(simulate: str | None, labels: dict[str, str]) -> NodeDescripti
                 memory=g.memory_bytes,
                 nvlink_domain=g.nvlink_domain,
                 uuid=g.uuid,
+                mig=list(g.mig),
+                mig_uuids=list(g.mig_uuids),
             )
             for g in gpus
         ],

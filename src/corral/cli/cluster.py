@@ -58,8 +58,11 @@ def up(
         state = embedded.start()
     kind = "simulated" if any(n.simulate or n.node_file for n in launches) else "detected"
     models = ", ".join(sorted({n.model for n in launches if n.model})) or "no GPUs"
+    chips = sum(n.tpu_chips for n in launches)
+    tpus = f", {chips} TPU chip(s) in pods" if chips else ""
     console.print(
         f"[bold green]Corral is up[/]: {len(launches)} node(s), {gpus} GPU(s) ({models}, {kind})"
+        + tpus
     )
     console.print(f"  API      {state.server_url}/api/v1   (docs: {state.server_url}/api/v1/docs)")
     console.print(f"  Home     {home}   (token, database, logs)")

@@ -40,7 +40,7 @@ def build_manifest(
             raise ValidationError(f"cannot read {file}: {exc.strerror}") from None
         data = load_manifest(text, str(file)).model_dump(mode="json", exclude_none=True)
     resources = data.setdefault("resources", {})
-    for key in ("gpus", "gpu_model", "cpus", "memory"):
+    for key in ("gpus", "gpu_model", "cpus", "memory", "tpu"):
         if flags.get(key) is not None:
             resources[key] = flags.pop(key)
         flags.pop(key, None)
@@ -78,6 +78,9 @@ def submit(
     gpu_model: Annotated[
         str | None, typer.Option("--gpu-model", help="glob on the GPU model")
     ] = None,
+    tpu: Annotated[
+        str | None, typer.Option(help="a TPU slice instead of GPUs: GENERATION:SHAPE, v5p:2x2x4")
+    ] = None,
     cpus: Annotated[float | None, typer.Option(help="CPUs per node")] = None,
     memory: Annotated[str | None, typer.Option(help="memory per node, e.g. 256GB")] = None,
     time_limit: Annotated[str | None, typer.Option("--time-limit", help="e.g. 4h")] = None,
@@ -104,6 +107,7 @@ def submit(
             "tasks_per_node": tasks_per_node,
             "gpus": gpu_value,
             "gpu_model": gpu_model,
+            "tpu": tpu,
             "cpus": cpus,
             "memory": memory,
             "time_limit": time_limit,
@@ -130,7 +134,8 @@ def jobs(
     token: TokenOpt = None,
     output: OutputOpt = Output.table,
 ) -> None:
-    """The queue: pending jobs with their reason and position, running jobs with their nodes."""
+    """The queue: pending jobs with their reason, position and estimated start, running
+    jobs with their nodes."""
     found = client(server, token).list(all=all, queue=queue, state=state)
     if output is Output.json:
         print_json({"jobs": found})
@@ -147,12 +152,15 @@ def show(
     token: TokenOpt = None,
     output: OutputOpt = Output.table,
 ) -> None:
-    """One job: state, placement per task, attempts and events."""
-    job = client(server, token).get(job_id)
+    """One job: state, placement per task, attempts and events; for a pending job its
+    estimated start and what would let it start sooner."""
+    c = client(server, token)
+    job = c.get(job_id)
+    advice = c.advice(job_id) if job.state == "pending" else []
     if output is Output.json:
-        print_json(job)
+        print_json({**job.model_dump(mode="json"), "advice": advice})
     else:
-        console.print(job_panel(job, time.time()))
+        console.print(job_panel(job, time.time(), advice))
 
 
 @app.command()

@@ -34,6 +34,12 @@ def _when(at: float | None) -> str:
     return "-" if at is None else datetime.fromtimestamp(at).strftime("%Y-%m-%d %H:%M:%S")
 
 
+def _estimate(start: float | None, now: float) -> str:
+    if start is None:
+        return "- (no estimate)"
+    return f"{eta(start, now)} ({_when(start)}, if running jobs end as estimated)"
+
+
 def _elapsed(job: JobOut, now: float) -> str:
     if job.started_at is None and job.state in ("running", "preempting"):
         return "starting"
@@ -42,9 +48,17 @@ def _elapsed(job: JobOut, now: float) -> str:
     return format_duration((job.ended_at or now) - job.started_at)
 
 
+def eta(start: float | None, now: float) -> str:
+    """An estimated start as ``~in 1h20m`` (``~now`` when due, ``-`` when unknown)."""
+    if start is None:
+        return "-"
+    return "~now" if start <= now else f"~in {format_duration(start - now)}"
+
+
 def jobs_table(jobs: list[JobOut], now: float) -> Table:
     table = Table(box=None, header_style="bold", pad_edge=False)
-    for col in ("ID", "NAME", "QUEUE", "USER", "STATE", "PRIO", "SHAPE", "GPUS", "TIME"):
+    columns = ("ID", "NAME", "QUEUE", "USER", "STATE", "PRIO", "SHAPE", "GPUS", "TIME", "START")
+    for col in columns:
         table.add_column(col, no_wrap=True)
     table.add_column("REASON / NODES", overflow="fold")
     for job in jobs:
@@ -62,14 +76,16 @@ def jobs_table(jobs: list[JobOut], now: float) -> Table:
             state_text(job.state),
             job.priority_class or str(job.priority),
             f"{job.nodes}x{job.tasks_per_node}",
-            f"{job.total_gpus:g}",
+            job.manifest.get("resources", {}).get("tpu") or f"{job.total_gpus:g}",
             _elapsed(job, now),
+            eta(job.estimated_start, now) if job.state == "pending" else "-",
             Text(detail),
         )
     return table
 
 
-def job_panel(job: JobOut, now: float) -> Group:
+def job_panel(job: JobOut, now: float, advice: list[str] | None = None) -> Group:
+    """One job; ``advice``: what would let it start sooner (for a pending job)."""
     command = job.manifest.get("command")
     command = command if isinstance(command, str) else shlex.join(command or [])
     info = Table.grid(padding=(0, 2))
@@ -78,6 +94,7 @@ def job_panel(job: JobOut, now: float) -> Group:
     rows = [
         ("State", state_text(job.state)),
         ("Reason", Text(job.reason or "-")),
+        *([("Est. start", _estimate(job.estimated_start, now))] if job.state == "pending" else []),
         ("Queue", f"{job.queue} (position {job.position})" if job.position else job.queue),
         ("User", job.user),
         (
@@ -87,7 +104,12 @@ def job_panel(job: JobOut, now: float) -> Group:
         ),
         (
             "Shape",
-            f"{job.nodes} node(s) x {job.tasks_per_node} task(s), {job.gpus} GPU(s) per node",
+            f"{job.nodes} node(s) x {job.tasks_per_node} task(s), "
+            + (
+                f"TPU slice {job.manifest['resources']['tpu']}, one task per host"
+                if job.manifest.get("resources", {}).get("tpu")
+                else f"{job.gpus} GPU(s) per node"
+            ),
         ),
         ("Command", Text(command)),
         ("Attempt", str(job.attempt)),
@@ -103,6 +125,12 @@ def job_panel(job: JobOut, now: float) -> Group:
     parts: list = [
         Panel(info, title=f"job {job.id}" + (f" · {job.name}" if job.name else ""), expand=False)
     ]
+    if advice:
+        hints = Table(title="To start sooner", box=None, show_header=False, title_justify="left")
+        hints.add_column(overflow="fold")
+        for hint in advice:
+            hints.add_row(Text(f"- {hint}"))
+        parts.append(hints)
     if job.tasks:
         tasks = Table(title="Placement", box=None, header_style="bold", title_justify="left")
         for col in ("RANK", "NODE", "LOCAL", "GPUS", "STATE", "PID", "EXIT"):
@@ -166,10 +194,13 @@ def nodes_table(nodes: list[NodeOut], now: float) -> Table:
         cells = "".join(
             "■" if d.share_used >= 1 else ("◧" if d.share_used > 0 else "□") for d in node.devices
         )
+        used = f"{node.gpus_used:g}/{node.gpus}"
+        if node.tpu_chips:  # a TPU host: its chips, and their generation as the model
+            used = f"{node.tpu_chips_used}/{node.tpu_chips} TPU"
         table.add_row(
             node.name,
             state_text(node.state),
-            f"{node.gpus_used:g}/{node.gpus}",
+            used,
             ", ".join(node.models) or "-",
             cells or "-",
             f"{node.cpus:g}",
@@ -185,16 +216,22 @@ def nodes_table(nodes: list[NodeOut], now: float) -> Table:
 
 def queues_table(queues: list[QueueOut]) -> Table:
     table = Table(box=None, header_style="bold", pad_edge=False)
-    for col in ("QUEUE", "WEIGHT", "QUOTA", "COHORT", "GPUS USED", "RUNNING", "PENDING"):
-        table.add_column(col)
+    columns = ("QUEUE", "WEIGHT", "QUOTA", "COHORT", "GPUS USED", "BORROWED", "SHARE")
+    for col in (*columns, "RUNNING", "PENDING"):
+        table.add_column(col, justify="right" if col in ("GPUS USED", "SHARE") else "left")
     for q in queues:
         quota = ", ".join(f"{k}={v:g}" for k, v in q.quota.items()) or "unlimited"
+        if q.borrowing_limit:
+            quota += " (borrow <= " + ", ".join(f"{v:g}" for v in q.borrowing_limit.values()) + ")"
+        borrowed = ", ".join(f"{k}={v:g}" for k, v in q.borrowed.items()) or "-"
         table.add_row(
             q.name,
             f"{q.weight:g}",
             quota,
             q.cohort or "-",
             f"{q.gpus_used:g}",
+            borrowed,
+            f"{q.share:.1%}",
             str(q.running),
             str(q.pending),
         )

@@ -22,7 +22,7 @@ import httpx
 
 from corral.client.config import resolve_servers, resolve_token
 from corral.errors import ERRORS_BY_CODE, ConnectionFailedError, CorralError
-from corral.schemas.api import Health, JobOut, LogOut, NodeOut, QueueOut, TokenOut
+from corral.schemas.api import AdviceOut, Health, JobOut, LogOut, NodeOut, QueueOut, TokenOut
 from corral.schemas.manifest import JobManifest, load_manifest, parse_manifest
 
 TERMINAL = ("succeeded", "failed", "cancelled")
@@ -99,11 +99,20 @@ class Client:
         data = self.request("GET", "/jobs", params=params)
         return [JobOut.model_validate(j) for j in data["jobs"]]
 
+    def advice(self, job_id: int) -> list[str]:
+        """What would let a pending job start sooner (empty when it is not pending)."""
+        return AdviceOut.model_validate(self.request("GET", f"/jobs/{job_id}/advice")).hints
+
     def cancel(self, job_id: int) -> JobOut:
         return JobOut.model_validate(self.request("POST", f"/jobs/{job_id}/cancel"))
 
     def preempt(self, job_id: int) -> JobOut:
         return JobOut.model_validate(self.request("POST", f"/jobs/{job_id}/preempt"))
+
+    def checkpoint(self, job_id: int, step: int | None = None, path: str | None = None) -> JobOut:
+        """Report that the running job saved a complete checkpoint."""
+        body = {"step": step, "path": path}
+        return JobOut.model_validate(self.request("POST", f"/jobs/{job_id}/checkpoint", json=body))
 
     def log_chunk(
         self, job_id: int, task: int = 0, offset: int = 0, attempt: int | None = None

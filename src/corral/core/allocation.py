@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 from corral.core.resources import MILLI
 
@@ -28,6 +29,7 @@ class TaskAllocation:
     cpus: float = 0.0
     memory: int = 0
     mig_slots: tuple[int, ...] = ()
+    gpu_memory: int = 0  # device memory promised to a share on each listed device (bytes)
 
     def __post_init__(self) -> None:
         if self.mig_slots and len(self.mig_slots) != len(self.gpus):
@@ -88,7 +90,12 @@ class Allocation:
     @property
     def nodes(self) -> tuple[str, ...]:
         """Distinct nodes in node-rank order."""
-        seen: dict[str, None] = {}
+        return tuple(self.by_node)
+
+    @cached_property
+    def by_node(self) -> dict[str, tuple[TaskAllocation, ...]]:
+        """The tasks on each node, nodes in node-rank order (computed once; read only)."""
+        groups: dict[str, list[TaskAllocation]] = {}
         for task in self.tasks:
-            seen.setdefault(task.node, None)
-        return tuple(seen)
+            groups.setdefault(task.node, []).append(task)
+        return {node: tuple(tasks) for node, tasks in groups.items()}

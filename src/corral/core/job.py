@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from corral.core.resources import GpuKind, GpuRequest
+from corral.core.tpu import TpuRequest
 
 
 class JobState(StrEnum):
@@ -57,7 +58,13 @@ class Topology:
 
 @dataclass(frozen=True)
 class JobSpec:
-    """A validated manifest (SPEC section 2). Resources are per node."""
+    """A validated manifest (SPEC section 2). Resources are per node.
+
+    A TPU slice (``tpu``) has one task per host: ``nodes`` is the slice's host count on
+    the cluster's pods (0 until submission sizes it, see ``feasibility.with_tpu_hosts``),
+    and ``gpus`` says ``tpu=<generation>`` (filled in when left empty) so that each node's
+    request names the chips it needs.
+    """
 
     command: tuple[str, ...] | str
     name: str | None = None
@@ -70,7 +77,7 @@ class JobSpec:
     gpu_memory: int | None = None
     cpus: float | None = None
     memory: int | None = None
-    tpu: str | None = None
+    tpu: TpuRequest | None = None
     topology: Topology | None = None
     placement: PlacementPolicy | None = None
     node_selector: tuple[tuple[str, str], ...] = ()
@@ -81,6 +88,17 @@ class JobSpec:
     requeue: bool = True
     env: tuple[tuple[str, str], ...] = ()
     workdir: str | None = None
+
+    def __post_init__(self) -> None:
+        generation = self.tpu.generation if self.tpu else None
+        if self.gpus.tpu == generation:
+            return
+        if generation and self.gpus == GpuRequest():
+            object.__setattr__(self, "gpus", GpuRequest(tpu=generation))  # derived, see above
+            return
+        if not generation:
+            raise ValueError(f"gpus ask for {self.gpus.tpu} TPU chips but no TPU slice")
+        raise ValueError(f"a TPU slice ({self.tpu}) and GPUs ({self.gpus}) exclude each other")
 
     @property
     def expected_runtime(self) -> float:

@@ -7,6 +7,7 @@ from enum import StrEnum
 from functools import cached_property
 
 from corral.core.resources import model_matches
+from corral.core.tpu import GPU, TPU, TpuHost, host_of
 
 
 class NodeState(StrEnum):
@@ -21,7 +22,11 @@ class NodeState(StrEnum):
 
 @dataclass(frozen=True)
 class Device:
-    """One accelerator: its index on the node, model, memory and NVLink domain."""
+    """One accelerator: its index on the node, model, memory and NVLink domain.
+
+    ``kind`` is ``"gpu"`` or ``"tpu"`` (a TPU chip, whose ``model`` is its generation): GPU
+    requests never count TPU chips, and TPU hosts take only TPU slices.
+    """
 
     index: int
     model: str
@@ -29,6 +34,7 @@ class Device:
     nvlink_domain: int = 0
     uuid: str | None = None
     mig: tuple[str, ...] = ()  # declared MIG instances (profiles); empty: not in MIG mode
+    kind: str = GPU
 
 
 @dataclass(frozen=True)
@@ -60,13 +66,25 @@ class Node:
         count = cache.get(model)
         if count is None:
             count = cache[model] = sum(
-                1 for d in self.devices if not d.mig and model_matches(d.model, model)
+                1
+                for d in self.devices
+                if not d.mig and d.kind == GPU and model_matches(d.model, model)
             )
         return count
 
     @cached_property
     def _capacity_cache(self) -> dict[str | None, int]:
         return {}
+
+    @cached_property
+    def tpu_chips(self) -> int:
+        """TPU chips of the node: a node with any is a TPU host (it takes only TPU slices)."""
+        return sum(1 for d in self.devices if d.kind == TPU)
+
+    @cached_property
+    def tpu_host(self) -> TpuHost | None:
+        """Where this TPU host sits in its pod (from its labels), None if it does not say."""
+        return host_of(self.label_map) if self.tpu_chips else None
 
     @property
     def models(self) -> frozenset[str]:

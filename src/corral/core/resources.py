@@ -29,6 +29,9 @@ class GpuRequest:
 
     ``count`` whole GPUs (WHOLE), ``milli`` thousandths of one GPU (FRACTION), or one
     instance of ``mig_profile`` (MIG). ``model`` is a pattern from the ``H100:8`` form.
+
+    ``tpu`` is set (to the generation, ``v5p``) for a node of a TPU slice: no GPUs (kind
+    NONE), but every chip of a TPU host of that generation (``JobSpec.tpu`` has the shape).
     """
 
     kind: GpuKind = GpuKind.NONE
@@ -36,6 +39,7 @@ class GpuRequest:
     milli: int = 0
     mig_profile: str | None = None
     model: str | None = None
+    tpu: str | None = None
 
     def __str__(self) -> str:
         prefix = f"{self.model}:" if self.model else ""
@@ -96,10 +100,15 @@ def model_matches(model: str, pattern: str | None) -> bool:
 
     A glob matches the whole model (``*80GB`` matches ``A100-80GB``). Plain text matches
     the model or a prefix of it ending at a separator: ``H100`` matches ``H100-SXM-80GB``
-    but ``A10`` does not match ``A100-80GB``, nor ``L4`` ``L40S``.
+    but ``A10`` does not match ``A100-80GB``, nor ``L4`` ``L40S``. ``|`` separates
+    alternatives, each a glob or plain text: ``V100M16|V100M32`` matches either model
+    (empty alternatives are ignored).
     """
     if not pattern:
         return True
+    if "|" in pattern:
+        alternatives = [p for p in pattern.split("|") if p.strip()]
+        return not alternatives or any(model_matches(model, p.strip()) for p in alternatives)
     model, pattern = model.lower(), pattern.lower()
     if _WILDCARDS & set(pattern):
         return fnmatch.fnmatchcase(model, pattern)

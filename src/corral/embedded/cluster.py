@@ -34,6 +34,7 @@ class NodeLaunch:
     node_file: str | None = None  # declared node (cluster file)
     gpus: int = 0
     model: str = ""
+    tpu_chips: int = 0  # a TPU host's chips (not counted in gpus)
 
 
 @dataclass
@@ -62,9 +63,15 @@ def plan_nodes(
         for node in cluster.to_nodes():
             path = home / "nodes" / f"{node.name}.json"
             path.write_text(json.dumps(_node_file(node)))
-            model = node.devices[0].model if node.devices else ""
+            gpus = [d for d in node.devices if d.kind != "tpu"]
             launches.append(
-                NodeLaunch(node.name, node_file=str(path), gpus=len(node.devices), model=model)
+                NodeLaunch(
+                    node.name,
+                    node_file=str(path),
+                    gpus=len(gpus),
+                    model=gpus[0].model if gpus else "",
+                    tpu_chips=node.tpu_chips,
+                )
             )
         return launches
     if nodes is None and gpus_per_node is None and gpu_model is None and real_gpus:
@@ -94,6 +101,7 @@ def _node_file(node) -> dict:  # noqa: ANN001
                 "memory": d.memory,
                 "nvlink_domain": d.nvlink_domain,
                 "mig": list(d.mig),
+                "kind": d.kind,
             }
             for d in node.devices
         ],

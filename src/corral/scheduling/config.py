@@ -7,6 +7,7 @@ the lookups the cycle and the control plane need.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from corral.core.job import PlacementPolicy
 from corral.errors import ValidationError
@@ -45,7 +46,7 @@ class Policy:
     preemption: bool = False
     fair_share_half_life: float = 7 * 86400.0
     interval: float = 10.0
-    order: str = "priority-fifo"  # the QueueSort plugin: priority-fifo | shortest-first
+    order: str = "fair-share"  # the QueueSort: fair-share | priority-fifo | shortest-first
     sharing: str = "packing"  # placement of shared GPUs: packing | fgd (fragmentation-aware)
 
 
@@ -108,10 +109,11 @@ class SchedulerConfig:
 
     def queue_placement(self, name: str) -> PlacementPolicy:
         """The queue's default placement, else the cluster's."""
-        for queue in self.queues:
-            if queue.name == name and queue.placement is not None:
-                return queue.placement
-        return self.policy.placement
+        return self._placements.get(name) or self.policy.placement
+
+    @cached_property
+    def _placements(self) -> dict[str, PlacementPolicy]:
+        return {q.name: q.placement for q in self.queues if q.placement is not None}
 
     def _class(self, name: str) -> PriorityClass | None:
         return next((c for c in self.priority_classes if c.name == name), None)

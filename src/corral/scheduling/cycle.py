@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 from corral.core.allocation import Allocation, TaskAllocation
 from corral.core.job import Job, TopologyLevel
@@ -21,6 +21,14 @@ from corral.core.node import Node
 from corral.core.resources import MILLI, GpuKind
 from corral.scheduling.config import SchedulerConfig
 from corral.scheduling.evaluation import NodeEvaluator, evaluator_for
+from corral.scheduling.fairshare import (
+    Capacity,
+    Usage,
+    UsageLedger,
+    dominant_share,
+    fair_order,
+    held,
+)
 from corral.scheduling.framework import (
     CycleContext,
     NodeRequest,
@@ -29,7 +37,9 @@ from corral.scheduling.framework import (
     Unresolvable,
     Unschedulable,
 )
+from corral.scheduling.plan import estimate_starts
 from corral.scheduling.plugins.topology import TIGHT_TO_LOOSE, common_level
+from corral.scheduling.quota import QuotaBook, has_quotas
 from corral.scheduling.registry import build_profile
 from corral.scheduling.snapshot import NodeView, Snapshot
 
@@ -47,6 +57,8 @@ class ClusterState:
     nodes: tuple[Node, ...]
     allocations: tuple[Allocation, ...] = ()
     snapshot: Snapshot | None = field(default=None, compare=False)
+    preempting: frozenset[int] = frozenset()  # jobs signalled to stop, still holding resources
+    usage: UsageLedger | None = None  # decayed usage per queue, for fair share (None: none)
 
 
 @dataclass(frozen=True)
@@ -71,19 +83,40 @@ def schedule(
     now: float,
     profile: Profile | None = None,
 ) -> Decisions:
-    """Decide which pending jobs start now and where. Pure: no I/O, no clock but ``now``."""
+    """Decide which pending jobs start now and where. Pure: no I/O, no clock but ``now``.
+
+    Per job in order: admission against its queue's quota (a refusal blocks nobody), then
+    placement; a job that cannot start runs the post-filters (preemption, backfill).
+    """
     profile = profile or build_profile(config)
     snapshot = state.snapshot or Snapshot.build(state.nodes, state.allocations)
     evaluator = evaluator_for(snapshot, profile)  # indexed filter/score results, see there
-    order = sorted(pending, key=profile.queue_sort.sort_key)
+    book = QuotaBook.build(config, state.allocations, state.nodes) if has_quotas(config) else None
+    order = _order(pending, state, config, profile)
+    if book is not None:  # within a priority, jobs that would borrow quota go after the rest
+        order.sort(key=lambda j: (-j.priority, _borrows(book, j)))
     placements: list[Allocation] = []
     reasons: dict[int, PendingReason] = {}
     preemptions: list[tuple[int, str]] = []
     reservations: list[Reservation] = []
     blocker: Job | None = None
+    # jobs being preempted (signalled, still holding resources), not yet claimed this cycle
+    # by a job ahead in the order that will start on what they free
+    freeing = {a.job_id: a for a in state.allocations if a.job_id in state.preempting}
+    preempting = state.preempting  # and the victims chosen so far this cycle
+
+    def held_for(job: Job) -> dict[str, int]:
+        """Reserved nodes are usable only by jobs known to end before the reservation."""
+        ends = now + job.spec.expected_runtime
+        return {
+            n: r.job_id
+            for r in reservations
+            if r.job_id != job.id and (ends > r.start or math.isinf(ends))
+            for n in r.nodes
+        }
 
     def trial(job: Job, request: NodeRequest) -> Allocation | Unschedulable | Unresolvable:
-        return place_gang(job, request, snapshot, profile, evaluator, now=now)
+        return place_gang(job, request, snapshot, profile, evaluator, held_for(job), now)
 
     for position, job in enumerate(order, start=1):
         if blocker is not None:
@@ -92,32 +125,135 @@ def schedule(
             )
             continue
         request = NodeRequest.of(job.spec, config.queue_placement(job.queue))
-        ends = now + job.spec.expected_runtime
-        # reserved nodes are usable only by jobs known to end before the reservation starts
-        held = {
-            n: r.job_id for r in reservations if ends > r.start or math.isinf(ends) for n in r.nodes
-        }
-        outcome = place_gang(job, request, snapshot, profile, evaluator, held, now)
+        refusal = book.admit(job, book.demand(job.spec)) if book else None
+        outcome: Allocation | Unschedulable | Unresolvable = Unschedulable(f"quota: {refusal}")
+        if refusal is None:
+            outcome = trial(job, request)
+        if isinstance(outcome, Allocation) and book is not None:
+            refusal = book.admit(job, book.amounts(outcome))  # exact, now the models are known
+            outcome = Unschedulable(f"quota: {refusal}") if refusal else outcome
         if isinstance(outcome, Allocation):
             snapshot.assume(outcome)
+            if book is not None:
+                book.assume_allocation(outcome)
             placements.append(outcome)
             continue
-        reason, allow_others = outcome.reason, False
+        reason, allow_others, estimate = outcome.reason, refusal is not None, None
+        awaited = _awaited(job, request, snapshot, freeing, trial) if freeing else []
+        if awaited and refusal is None:
+            for job_id in awaited:
+                del freeing[job_id]
+            ids = ", ".join(map(str, awaited))
+            reason = f"starts when job{'s' if len(awaited) > 1 else ''} {ids} (preempted) exit"
+            reasons[job.id] = PendingReason(f"{reason}; {outcome.reason}", position, False, now)
+            continue
         context = CycleContext(
-            snapshot, state.allocations + tuple(placements), tuple(reservations), now, trial
+            snapshot,
+            state.allocations + tuple(placements),
+            tuple(reservations),
+            now,
+            trial,
+            preempting=preempting,
+            quota=book,
         )
         for plugin in profile.post_filters:
             result = plugin.post_filter(job, request, context)
             preemptions += [(victim, f"preempted for job {job.id}") for victim in result.preempt]
+            preempting = preempting | set(result.preempt) if result.preempt else preempting
             reason = f"{result.reason}; {reason}" if result.reason else reason
             allow_others = allow_others or result.allow_others
+            if result.preempt:
+                # the victims still hold their resources this cycle, so nothing else can
+                # take them; once they exit, this job (earlier in the order) claims them
+                estimate = now
+                break
             if result.reservation is not None:
                 reservations.append(result.reservation)
+                start = result.reservation.start
+                estimate = None if math.isinf(start) else start
+                break  # the job has its plan (victims nominated, or a backfill reservation)
         unresolvable = isinstance(outcome, Unresolvable)
-        reasons[job.id] = PendingReason(reason, position, unresolvable=unresolvable)
+        reasons[job.id] = PendingReason(reason, position, unresolvable, estimate)
         if not allow_others and not unresolvable:
             blocker = job
+    _estimate(reasons, order, snapshot, state.allocations + tuple(placements), profile, config, now)
     return Decisions(tuple(placements), reasons, tuple(preemptions))
+
+
+def _estimate(
+    reasons: dict[int, PendingReason],
+    order: Sequence[Job],
+    snapshot: Snapshot,
+    allocations: tuple[Allocation, ...],
+    profile: Profile,
+    config: SchedulerConfig,
+    now: float,
+) -> None:
+    """Fill in estimated starts from the forward plan (``scheduling.plan``) for the jobs
+    waiting for resources (not those held by quota, nor those with a plan already)."""
+    blocked = [
+        job
+        for job in order
+        if (pend := reasons.get(job.id)) is not None
+        and pend.estimated_start is None
+        and not pend.unresolvable
+        and not pend.reason.startswith("quota:")
+    ]
+    if not blocked:
+        return
+    starts = estimate_starts(snapshot, allocations, blocked, profile, config, now)
+    for job_id, start in starts.items():
+        reasons[job_id] = replace(reasons[job_id], estimated_start=start)
+
+
+def _awaited(
+    job: Job,
+    request: NodeRequest,
+    snapshot: Snapshot,
+    freeing: Mapping[int, Allocation],
+    trial: Callable[[Job, NodeRequest], Allocation | Unschedulable | Unresolvable],
+) -> list[int]:
+    """The jobs being preempted whose exit lets ``job`` start (those on the nodes a trial
+    placement uses once they are gone), or [] if their exit would not be enough."""
+    undo = [snapshot.release(alloc) for alloc in freeing.values()]
+    try:
+        outcome = trial(job, request)
+    finally:
+        for step in reversed(undo):
+            step()
+    if not isinstance(outcome, Allocation):
+        return []
+    used = set(outcome.nodes)
+    return sorted(job_id for job_id, alloc in freeing.items() if used & set(alloc.nodes))
+
+
+def _borrows(book: QuotaBook, job: Job) -> bool:
+    """Whether ``job`` would need its cohort's quota (its queue's own would not do)."""
+    if not book.nominal(job.queue) or book.cohort(job.queue) is None:
+        return False  # unlimited, or nothing to borrow from
+    return not book.within_nominal(job.queue, book.demand(job.spec))
+
+
+def _order(
+    pending: Sequence[Job], state: ClusterState, config: SchedulerConfig, profile: Profile
+) -> list[Job]:
+    """The order jobs are tried in: the profile's queue sort, or fair share between queues
+    (priority, then each queue's weighted dominant share, then submission) when
+    ``policy.order`` is ``fair-share``. A queue's share is the dominant share of what it
+    holds now plus that of its decayed past usage (its average share over the decay
+    window): both fractions of the cluster, so a queue that held little lately but
+    holds much now does not jump ahead, nor the reverse."""
+    if config.policy.order != "fair-share":
+        return sorted(pending, key=profile.queue_sort.sort_key)
+    capacity = Capacity.of(state.nodes)
+    past = state.usage.shares(capacity) if state.usage is not None else {}
+    now_held: dict[str, Usage] = {}
+    for alloc in state.allocations:
+        now_held[alloc.queue] = now_held.get(alloc.queue, Usage()) + held(alloc)
+    shares = dict(past)
+    for queue, usage in now_held.items():
+        shares[queue] = shares.get(queue, 0.0) + dominant_share(usage, capacity)
+    return fair_order(pending, shares, {q.name: q.weight for q in config.queues}, capacity)
 
 
 def place_gang(
@@ -154,6 +290,8 @@ def place_gang(
         job.preemptible,
         expected_end=now + job.spec.expected_runtime,
         note=_topology_note(job, [v.node for v in chosen]),
+        queue=job.queue,
+        started_at=now,
     )
 
 
@@ -184,6 +322,7 @@ def _tasks_on(
             gpus=tuple(gpus),
             mig_slots=tuple(getattr(gpus, "mig_slots", ())),  # a DevicePick carries them
             gpu_milli=milli,
+            gpu_memory=(request.gpu_memory or 0) if milli < MILLI else 0,
             cpus=per_task_cpus,
             memory=per_task_memory,
         )

@@ -54,6 +54,8 @@ class _ShapeIndex:
         self.synced = -1  # snapshot change-log position; -1: never built
         self.groups: dict[GroupKey, dict[Hashable, SortedList]] = {}
         self.verdicts: dict[tuple, tuple[Status, float]] = {}  # by NodeView.likeness()
+        # (rejections, resolvable) per set of excluded nodes, until the next change
+        self.summaries: dict[frozenset, tuple[Counter[str], int]] = {}
 
     def sync(self, snapshot: Snapshot) -> None:
         changed = snapshot.changes_since(self.synced) if self.synced >= 0 else None
@@ -68,6 +70,7 @@ class _ShapeIndex:
     def _rebuild(self, snapshot: Snapshot) -> None:
         self.entries.clear()
         self.rejections.clear()
+        self.summaries.clear()
         self.resolvable = 0
         ranked: list[Ranked] = []
         for view in snapshot.views():
@@ -94,6 +97,8 @@ class _ShapeIndex:
 
     def _count(self, name: str, entry: tuple[Status, float], node: Node, sign: int) -> None:
         status, score = entry
+        if self.summaries:
+            self.summaries.clear()
         if status is not None:
             reason = status.reason
             self.rejections[reason] += sign
@@ -218,26 +223,33 @@ class Candidates(Sequence[ScoredNode]):
 
     @property
     def rejections(self) -> Counter[str]:
-        """Why the other nodes cannot host it, counted (reserved nodes as such)."""
-        counts = Counter(self._index.rejections)
-        for name, holder in self._all_excluded.items():
-            entry = self._index.entries.get(name)
-            if entry is not None and entry[0] is not None:
-                counts[entry[0].reason] -= 1
-            counts[f"reserved for job {holder}"] += 1
-        return +counts
+        """Why the other nodes cannot host it, counted (reserved nodes as such). Read
+        only: it is shared by every job that sees the same nodes reserved."""
+        return self._summary()[0]
 
     @property
     def resolvable(self) -> int:
         """Nodes that pass, or would once resources free up (reserved ones included)."""
-        entries = self._index.entries
-        was_resolvable = sum(
-            1
-            for name in self._all_excluded
-            if (entry := entries.get(name)) is not None
-            and (entry[0] is None or isinstance(entry[0], Unschedulable))
-        )
-        return self._index.resolvable - was_resolvable + len(self._all_excluded)
+        return self._summary()[1]
+
+    def _summary(self) -> tuple[Counter[str], int]:
+        index = self._index
+        key = frozenset(self._all_excluded.items())
+        found = index.summaries.get(key)
+        if found is not None:
+            return found
+        counts = Counter(index.rejections)
+        resolvable = index.resolvable + len(self._all_excluded)
+        for name, holder in self._all_excluded.items():
+            entry = index.entries.get(name)
+            if entry is not None:
+                if entry[0] is not None:
+                    counts[entry[0].reason] -= 1
+                if entry[0] is None or isinstance(entry[0], Unschedulable):
+                    resolvable -= 1
+            counts[f"reserved for job {holder}"] += 1
+        found = index.summaries[key] = (+counts, resolvable)
+        return found
 
     def _iterate(self, ranked: Sequence[Ranked]) -> Iterator[ScoredNode]:
         excluded, nodes = self._excluded, self._nodes

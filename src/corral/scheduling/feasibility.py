@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
+from dataclasses import replace
 
 from corral.core.job import JobSpec, TopologyMode
 from corral.core.node import Node
 from corral.core.resources import GpuKind
+from corral.core.tpu import TpuHost, format_shape, misfit
 from corral.scheduling.config import SchedulerConfig
 from corral.scheduling.framework import NodeRequest
 from corral.scheduling.plugins.filters import NodeSelectorFilter, fits_capacity
@@ -35,10 +37,17 @@ def never_fits(spec: JobSpec, shapes: NodeShapes, config: SchedulerConfig) -> st
     the answer is None: the job waits for agents to register.
     """
     config.queue(spec.queue)
+    if spec.tpu is not None and not spec.nodes and not _tpu_pods(shapes, spec.tpu.generation):
+        return (
+            f"cannot size the TPU slice {spec.tpu}: no {spec.tpu.generation} TPU pod is in "
+            "the cluster (give nodes: its host count to queue it before the hosts register)"
+        )
     if not shapes:
         return None
     request = NodeRequest.of(spec, config.policy.placement)
     selector = NodeSelectorFilter()
+    if spec.tpu is not None:
+        return _tpu_never_fits(spec, request, shapes, selector)
     reasons: Counter[str] = Counter()
     able = 0
     for node, count in shapes:
@@ -90,4 +99,64 @@ def _topology_never_fits(
         f"can never fit this cluster: topology {level} (required) needs {spec.nodes} nodes with "
         f"{request.describe()} in one {level} domain, but the largest has {best}"
         + ("" if sizes else " (no node declares a network path that deep)")
+    )
+
+
+def _tpu_pods(shapes: NodeShapes, generation: str) -> dict[str, TpuHost]:
+    """One host of each pod of ``generation`` among ``shapes``, by pod name."""
+    pods: dict[str, TpuHost] = {}
+    for node, _ in shapes:
+        host = node.tpu_host
+        if host is not None and host.generation.lower() == generation.lower():
+            pods.setdefault(host.pod, host)
+    return pods
+
+
+def with_tpu_hosts(spec: JobSpec, shapes: NodeShapes) -> JobSpec:
+    """A TPU job sized for this cluster: ``nodes`` set to the slice's host count on the
+    pods of its generation where its shape is host-aligned (the fewest hosts if pods with
+    different host blocks disagree: give ``nodes`` to choose). Other jobs, jobs already
+    sized, and slices no pod can hold come back unchanged (``never_fits`` says why)."""
+    if spec.tpu is None or spec.nodes:
+        return spec
+    counts = [
+        count
+        for host in _tpu_pods(shapes, spec.tpu.generation).values()
+        if (count := host.host_count(spec.tpu)) is not None
+    ]
+    return replace(spec, nodes=min(counts)) if counts else spec
+
+
+def _tpu_never_fits(
+    spec: JobSpec, request: NodeRequest, shapes: NodeShapes, selector: NodeSelectorFilter
+) -> str | None:
+    """A TPU slice: some pod of its generation must hold the shape, host-aligned, in
+    ``spec.nodes`` hosts that could all take it."""
+    tpu = spec.tpu
+    assert tpu is not None
+    able: Counter[str] = Counter()
+    for node, count in shapes:
+        view = NodeView(node)
+        host = node.tpu_host
+        if host is None or selector.filter(request, view) or fits_capacity(request, view):
+            continue
+        able[host.pod] += count
+    pods = _tpu_pods(shapes, tpu.generation)
+    if not pods:
+        return f"can never fit this cluster: no {tpu.generation} TPU pod is declared"
+    described = []
+    for name, host in sorted(pods.items()):
+        count = host.host_count(tpu)
+        if count == spec.nodes and able[name] >= count:
+            return None
+        pod = f"{name}: {format_shape(host.pod_shape)} chips in hosts of {format_shape(host.block)}"
+        if count is None:
+            pod += f", {misfit(tpu.shape, host.pod_shape, host.block)}"
+        elif count != spec.nodes:
+            pod += f", {count} hosts (the job asks for nodes: {spec.nodes})"
+        else:
+            pod += f", {able[name]} of {host.hosts} hosts could host it"
+        described.append(pod)
+    return f"can never fit this cluster: no {tpu.generation} pod holds a {tpu} slice (" + (
+        "; ".join(described) + ")"
     )

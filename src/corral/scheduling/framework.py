@@ -83,6 +83,8 @@ class NodeRequest:
     def describe(self) -> str:
         """``'8 GPUs (H100*), 32 CPUs'`` for reasons."""
         parts = []
+        if self.gpus.tpu:
+            parts.append(f"a whole {self.gpus.tpu} TPU host")
         if self.gpus.kind is not GpuKind.NONE:
             noun = "GPU" if self.gpus.kind is GpuKind.WHOLE and self.gpus.count == 1 else "GPUs"
             if self.gpus.kind is GpuKind.WHOLE:

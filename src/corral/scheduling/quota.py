@@ -79,6 +79,11 @@ def _fmt(amount: float, key: str) -> str:
     return f"{amount:g} {noun}" if key == GPUS else f"{amount:g} {key} {noun}"
 
 
+def has_quotas(config: SchedulerConfig) -> bool:
+    """Whether any queue has a nominal quota (else every job is admitted: no book needed)."""
+    return any(q.quota for q in config.queues)
+
+
 @dataclass(frozen=True)
 class QuotaRow:
     """One queue and key, for ``corral queues``: ``nominal`` None means unlimited."""
@@ -115,6 +120,7 @@ class QuotaBook:
         self._models = sorted(
             {d[0] for devs in device_models.values() for d in devs.values() if d is not None}
         )
+        self._amounts: dict[int, tuple[Allocation, dict[str, float]]] = {}
         self._usage: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
         self._holders: dict[str, dict[int, Allocation]] = defaultdict(dict)
         self._cohorts: dict[str, list[str]] = defaultdict(list)
@@ -143,7 +149,14 @@ class QuotaBook:
     # --- amounts -------------------------------------------------------------------------
 
     def amounts(self, alloc: Allocation) -> dict[str, float]:
-        """GPUs ``alloc`` holds under each key (keys it holds nothing under are left out)."""
+        """GPUs ``alloc`` holds under each key (keys it holds nothing under are left out).
+        Memoized per allocation (they are immutable; do not mutate the result)."""
+        entry = self._amounts.get(id(alloc))
+        if entry is None or entry[0] is not alloc:  # (an id may be reused once freed)
+            entry = self._amounts[id(alloc)] = (alloc, self._compute_amounts(alloc))
+        return entry[1]
+
+    def _compute_amounts(self, alloc: Allocation) -> dict[str, float]:
         out: dict[str, float] = defaultdict(float)
         for task in alloc.tasks:
             devices = self._devices.get(task.node, {})

@@ -15,8 +15,9 @@ from typing import Any
 
 from corral.errors import ValidationError
 from corral.scheduling.config import SchedulerConfig
-from corral.scheduling.framework import Profile, Score
+from corral.scheduling.framework import PostFilter, Profile, Score
 from corral.scheduling.plugins.backfill import EasyBackfill
+from corral.scheduling.plugins.corral import CorralDeviceSelect, CorralScore
 from corral.scheduling.plugins.devices import NvlinkDeviceSelect
 from corral.scheduling.plugins.fgd import FragmentationDeviceSelect, FragmentationScore
 from corral.scheduling.plugins.filters import (
@@ -26,13 +27,16 @@ from corral.scheduling.plugins.filters import (
 )
 from corral.scheduling.plugins.gang import TopScoredNodes
 from corral.scheduling.plugins.health import CoolHealthyNodes
-from corral.scheduling.plugins.queue_sort import PriorityThenSubmission, ShortestFirst
+from corral.scheduling.plugins.preemption import Preemption
+from corral.scheduling.plugins.queue_sort import FairShare, PriorityThenSubmission, ShortestFirst
 from corral.scheduling.plugins.scoring import PackingScore
+from corral.scheduling.plugins.sharing import BestFitScore, sharing_plugins
 from corral.scheduling.plugins.topology import (
     NvlinkDomainFilter,
     TopologyDeviceSelect,
     TopologyNodeSet,
 )
+from corral.scheduling.plugins.tpu import TpuDeviceSelect, TpuSliceNodeSet
 
 ENTRY_POINT_GROUP = "corral.plugins"
 Factory = Callable[..., Any]
@@ -80,8 +84,10 @@ def default_registry(load_entry_points: bool = True) -> PluginRegistry:
     """A registry with the built-in plugins (and installed third-party ones)."""
     registry = PluginRegistry()
     for factory in (
+        FairShare,
         PriorityThenSubmission,
         ShortestFirst,
+        Preemption,
         NodeStateFilter,
         NodeSelectorFilter,
         ResourceFitFilter,
@@ -95,6 +101,11 @@ def default_registry(load_entry_points: bool = True) -> PluginRegistry:
         CoolHealthyNodes,
         FragmentationScore,
         FragmentationDeviceSelect,
+        TpuSliceNodeSet,
+        TpuDeviceSelect,
+        BestFitScore,
+        CorralScore,
+        CorralDeviceSelect,
     ):
         registry.register(factory.name, factory)
     if load_entry_points:
@@ -114,26 +125,34 @@ def build_profile(config: SchedulerConfig, registry: PluginRegistry | None = Non
             )
         plugin.weight = ref.weight
         extra.append(plugin)
-    devices = registry.create("topology-devices")
-    if config.policy.sharing == "fgd":
-        # Fragmentation-aware sharing: the fgd score (unless configured explicitly, whose
-        # mix then also drives the device choice) and fgd device choice for shares.
-        fgd = next((p for p in extra if isinstance(p, FragmentationScore)), None)
-        if fgd is None:
-            fgd = registry.create("fgd")
-            extra.insert(0, fgd)
-        inner = registry.create("fgd-devices", mix=getattr(fgd, "mix", None))
-        devices = registry.create("topology-devices", inner=inner)
+    # The sharing policy's node score (packing by default) and device choice for shares:
+    # see plugins/sharing.py (a configured plugin of the policy's name supplies its args).
+    base, inner = sharing_plugins(config.policy.sharing, registry, extra)
+    devices = registry.create("topology-devices", inner=inner)
+    filters = (
+        registry.create("node-state"),
+        registry.create("node-selector"),
+        registry.create("resource-fit"),
+        registry.create("nvlink-domain"),
+    )
     return Profile(
         queue_sort=registry.create(config.policy.order),
-        filters=(
-            registry.create("node-state"),
-            registry.create("node-selector"),
-            registry.create("resource-fit"),
-            registry.create("nvlink-domain"),
-        ),
-        scores=(registry.create("packing"), *extra),
-        node_set=registry.create("topology"),
-        devices=devices,
-        post_filters=(registry.create("easy-backfill"),) if config.policy.backfill else (),
+        filters=filters,
+        scores=(base, *extra),
+        # TPU jobs get a box of hosts in a pod and every chip of each (plugins/tpu.py)
+        node_set=registry.create("tpu-slice", inner=registry.create("topology")),
+        devices=registry.create("tpu-devices", inner=devices),
+        post_filters=_post_filters(config, registry, filters),
     )
+
+
+def _post_filters(
+    config: SchedulerConfig, registry: PluginRegistry, filters: tuple
+) -> tuple[PostFilter, ...]:
+    """Preemption first (a job that can preempt gets its victims), then EASY backfill."""
+    chosen: list[PostFilter] = []
+    if config.policy.preemption:
+        chosen.append(registry.create("preemption", filters=filters))
+    if config.policy.backfill:
+        chosen.append(registry.create("easy-backfill"))
+    return tuple(chosen)

@@ -49,6 +49,7 @@ class NodeView:
         "free_cpus",
         "free_memory",
         "used_milli",
+        "mem_used",
         "shared",
         "mig_used",
         "version",
@@ -62,6 +63,7 @@ class NodeView:
         self.free_cpus = node.cpus
         self.free_memory = node.memory
         self.used_milli = [0] * len(node.devices)
+        self.mem_used = [0] * len(node.devices)  # device memory promised to shares
         self.shared = [False] * len(node.devices)  # holds fractional shares
         self.mig_used = [[0] * len(d.mig) for d in node.devices]
         self.version = 0
@@ -110,6 +112,12 @@ class NodeView:
             if used[slot] == 0 and declared.lower() == profile
         ]
 
+    def share_memory_fits(self, pos: int, gpu_memory: int | None) -> bool:
+        """Whether device ``pos`` has ``gpu_memory`` not yet promised to its shares."""
+        if not gpu_memory:
+            return True
+        return self.node.devices[pos].memory - self.mem_used[pos] >= gpu_memory
+
     def matching(self, model: str | None = None) -> int:
         """Number of devices (busy or not) whose model matches: the node's capacity."""
         return self.node.capacity(model)
@@ -121,6 +129,7 @@ class NodeView:
         return (
             self.kind,
             tuple(self.used_milli),
+            tuple(self.mem_used) if any(self.mem_used) else (),
             tuple(self.shared),
             mig,
             self.free_cpus,
@@ -133,9 +142,7 @@ class NodeView:
 
     def _apply(self, alloc: Allocation, sign: int) -> None:
         self.version += 1
-        for task in alloc.tasks:
-            if task.node != self.node.name:
-                continue
+        for task in alloc.by_node.get(self.node.name, ()):
             self.free_cpus -= sign * task.cpus
             self.free_memory -= sign * task.memory
             if task.mig_slots:
@@ -146,6 +153,7 @@ class NodeView:
                 if pos is None:
                     continue
                 self.used_milli[pos] += sign * task.gpu_milli
+                self.mem_used[pos] += sign * task.gpu_memory
                 if task.gpu_milli < MILLI:
                     self.shared[pos] = self.used_milli[pos] > 0
 

@@ -6,7 +6,9 @@ lacks; the answer is everything the agent should run. Either side may restart.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from typing import Literal
+
+from pydantic import BaseModel, Field, model_validator
 
 from corral.schemas.common import Strict
 
@@ -18,6 +20,18 @@ class DeviceIn(Strict):
     nvlink_domain: int = 0
     uuid: str | None = None
     mig: list[str] = Field(default_factory=list)
+    kind: Literal["gpu", "tpu"] = "gpu"  # a TPU chip's model is its generation (v5p)
+    # the UUID of each MIG instance (from NVML), aligned with ``mig``; empty: not known
+    # (simulated or declared devices get deterministic names instead)
+    mig_uuids: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _aligned(self) -> DeviceIn:
+        if self.mig_uuids and len(self.mig_uuids) != len(self.mig):
+            raise ValueError(
+                f"mig_uuids: {len(self.mig_uuids)} UUIDs for {len(self.mig)} MIG instances"
+            )
+        return self
 
 
 class RegisterRequest(Strict):

@@ -62,18 +62,33 @@ class JobOut(BaseModel):
     total_gpus: float
     reason: str | None  # why pending, or why it ended
     position: int | None  # place in the queue while pending
+    estimated_start: float | None = None  # while pending: when it should start (an estimate)
     submitted_at: float
     started_at: float | None
     ended_at: float | None
     exit_code: int | None
     manifest: dict[str, Any]
+    last_checkpoint_at: float | None = None  # the job's last reported checkpoint
     tasks: list[TaskOut] = Field(default_factory=list)
     attempts: list[AttemptOut] = Field(default_factory=list)
     events: list[EventOut] = Field(default_factory=list)
 
 
+class CheckpointIn(Strict):
+    """A job reports a complete checkpoint (preemption then counts work lost from here)."""
+
+    step: int | None = Field(default=None, ge=0)
+    path: str | None = Field(default=None, max_length=4096)
+
+
 class JobList(BaseModel):
     jobs: list[JobOut]
+
+
+class AdviceOut(BaseModel):
+    """What would let a pending job start sooner (empty for jobs not pending)."""
+
+    hints: list[str]
 
 
 class LogOut(BaseModel):
@@ -93,15 +108,18 @@ class DeviceOut(BaseModel):
     uuid: str | None = None
     used_by: list[int] = Field(default_factory=list)  # job ids
     share_used: float = 0.0
+    kind: str = "gpu"  # or "tpu": a TPU chip (model: its generation)
 
 
 class NodeOut(BaseModel):
     name: str
     state: str
     address: str
-    gpus: int
+    gpus: int  # GPU devices (TPU chips are counted in tpu_chips)
     gpus_used: float
     models: list[str]
+    tpu_chips: int = 0  # a TPU host's chips (it takes TPU slices only)
+    tpu_chips_used: int = 0
     cpus: float
     memory: int
     network: list[str]
@@ -125,6 +143,9 @@ class QueueOut(BaseModel):
     running: int
     pending: int
     gpus_used: float
+    borrowed: dict[str, float] = Field(default_factory=dict)  # usage past the nominal quota
+    borrowing_limit: dict[str, float] = Field(default_factory=dict)
+    share: float = 0.0  # weighted dominant share (fair share orders by it, lowest first)
 
 
 class QueueList(BaseModel):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import math
 import re
 from typing import Any
 
@@ -9,6 +11,7 @@ import yaml
 from pydantic import Field, model_validator
 
 from corral.core.node import Device, Node
+from corral.core.tpu import TPU, TpuHost, format_shape
 from corral.errors import ValidationError
 from corral.schemas.common import Size, Strict, validate
 
@@ -17,6 +20,12 @@ DEFAULT_GPU_MEMORY = 80 * 1000**3
 CPUS_PER_GPU = 12
 MEMORY_PER_GPU = 128 * 1000**3
 MIN_MEMORY = 32 * 1000**3  # bytes (an int: Node.memory is an int)
+TPU_CHIP_MEMORY = {  # HBM per chip
+    "v4": 32 * 1000**3,
+    "v5e": 16 * 1000**3,
+    "v5p": 95 * 1000**3,
+    "v6e": 32 * 1000**3,
+}
 
 
 def default_cpus(gpus: int) -> float:
@@ -80,10 +89,75 @@ class NodeDecl(Strict):
 
 
 class TpuPodDecl(Strict):
-    name: str
-    generation: str
-    shape: list[int] = Field(min_length=1, max_length=3)
-    chips_per_host: list[int] = Field(min_length=1, max_length=3)
+    """A TPU pod: a torus of ``shape`` chips cut into hosts of ``chips_per_host`` chips.
+
+    It expands into one node per host, ``<name>-h000`` onwards in worker order (x varying
+    fastest), whose devices are its chips (kind ``tpu``, model the generation) and whose
+    labels say where it sits (``corral.core.tpu.HOST_LABELS``) beside any ``labels``.
+    """
+
+    name: str = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._-]+$")
+    generation: str = Field(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9._-]+$")
+    shape: list[int] = Field(min_length=2, max_length=3)
+    chips_per_host: list[int] = Field(min_length=2, max_length=3)
+    chip_memory: Size | None = None  # HBM per chip; default: the generation's, if known
+    cpus: float | None = Field(default=None, ge=0)  # per host
+    memory: Size | None = None  # per host
+    labels: dict[str, str] = Field(default_factory=dict)
+    address: str = "127.0.0.1"
+
+    @model_validator(mode="after")
+    def _geometry(self) -> TpuPodDecl:
+        if any(n < 1 for n in (*self.shape, *self.chips_per_host)):
+            raise ValueError("shape and chips_per_host: every axis must be at least 1")
+        if len(self.chips_per_host) != len(self.shape):
+            raise ValueError(
+                f"chips_per_host has {len(self.chips_per_host)} axes but shape has "
+                f"{len(self.shape)}"
+            )
+        uneven = [
+            axis
+            for axis, n, b in zip("xyz", self.shape, self.chips_per_host, strict=False)
+            if n % b
+        ]
+        if uneven:
+            raise ValueError(
+                f"shape {format_shape(tuple(self.shape))} is not a whole number of hosts of "
+                f"{format_shape(tuple(self.chips_per_host))} chips along {', '.join(uneven)}"
+            )
+        if math.prod(self.chips_per_host) > 1024:
+            raise ValueError("chips_per_host: at most 1024 chips per host")
+        return self
+
+    def hosts(self) -> list[Node]:
+        block = tuple(self.chips_per_host)
+        grid = [n // b for n, b in zip(self.shape, block, strict=True)]
+        count = math.prod(grid)
+        width = max(3, len(str(count - 1)))
+        chips = math.prod(block)
+        memory = self.chip_memory
+        if memory is None:
+            memory = TPU_CHIP_MEMORY.get(self.generation.lower(), 0)
+        devices = tuple(
+            Device(index=i, model=self.generation, memory=memory, kind=TPU) for i in range(chips)
+        )
+        nodes = []
+        # worker order: x fastest, then y, then z
+        for index, reversed_coords in enumerate(itertools.product(*map(range, grid[::-1]))):
+            coords = tuple(reversed(reversed_coords))
+            host = TpuHost(self.name, self.generation, tuple(self.shape), block, coords)
+            labels = {**self.labels, **host.labels()}
+            nodes.append(
+                Node(
+                    name=f"{self.name}-h{index:0{width}d}",
+                    devices=devices,
+                    cpus=self.cpus if self.cpus is not None else default_cpus(chips),
+                    memory=self.memory if self.memory is not None else default_memory(chips),
+                    labels=tuple(sorted(labels.items())),
+                    address=self.address,
+                )
+            )
+        return nodes
 
 
 class ClusterFile(Strict):
@@ -99,13 +173,17 @@ class ClusterFile(Strict):
             except ValueError as exc:
                 raise ValidationError(f"cluster: nodes.{i}.name: {exc}") from None
             nodes += [_node(name, decl) for name in names]
+        pods = [pod.name for pod in self.tpu_pods]
+        repeated = sorted({name for name in pods if pods.count(name) > 1})
+        if repeated:
+            raise ValidationError(f"cluster: tpu pod {repeated[0]!r} is declared twice")
+        for pod in self.tpu_pods:
+            nodes += pod.hosts()
         seen: set[str] = set()
         for node in nodes:
             if node.name in seen:
                 raise ValidationError(f"cluster: node {node.name!r} is declared twice")
             seen.add(node.name)
-        if self.tpu_pods:
-            raise ValidationError("cluster: tpu_pods are not supported yet by this Corral release")
         return nodes
 
 

@@ -40,8 +40,8 @@ class PolicyModel(Strict):
     preemption: bool = False
     fair_share_half_life: Duration = 7 * 86400.0
     interval: Duration = 10.0
-    order: Literal["priority-fifo", "shortest-first"] = "priority-fifo"
-    sharing: Literal["packing", "fgd"] = "packing"
+    order: Literal["fair-share", "priority-fifo", "shortest-first"] = "fair-share"
+    sharing: Literal["packing", "bestfit", "fgd", "corral"] = "packing"
 
 
 class PluginModel(Strict):

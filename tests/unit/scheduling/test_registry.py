@@ -23,6 +23,7 @@ from corral.scheduling.plugins.topology import (
     TopologyDeviceSelect,
     TopologyNodeSet,
 )
+from corral.scheduling.plugins.tpu import TpuDeviceSelect, TpuSliceNodeSet
 from corral.scheduling.registry import PluginRegistry, build_profile, default_registry
 from corral.scheduling.snapshot import NodeView
 from tests.builders import allocation, cluster, job, node
@@ -46,8 +47,12 @@ class NotAScore:
 
 
 BUILT_INS = [
+    "bestfit",
     "cool-healthy",
+    "corral",
+    "corral-devices",
     "easy-backfill",
+    "fair-share",
     "fgd",
     "fgd-devices",
     "node-selector",
@@ -55,12 +60,15 @@ BUILT_INS = [
     "nvlink-devices",
     "nvlink-domain",
     "packing",
+    "preemption",
     "priority-fifo",
     "resource-fit",
     "shortest-first",
     "top-scored",
     "topology",
     "topology-devices",
+    "tpu-devices",
+    "tpu-slice",
 ]
 
 
@@ -90,7 +98,9 @@ def test_register_then_create_by_name() -> None:
 @pytest.mark.parametrize(
     ("path", "message"),
     [
-        pytest.param("nope", "plugins: unknown plugin 'nope' (known: cool-healthy", id="unknown"),
+        pytest.param(
+            "nope", "plugins: unknown plugin 'nope' (known: bestfit, cool-healthy", id="unknown"
+        ),
         pytest.param(
             "does.not.exist:Thing", "plugins: cannot load 'does.not.exist:Thing'", id="no-module"
         ),
@@ -139,9 +149,11 @@ def test_default_profile_is_the_built_in_pipeline() -> None:
         NvlinkDomainFilter,
     ]
     assert [type(s) for s in profile.scores] == [PackingScore]
-    assert isinstance(profile.node_set, TopologyNodeSet)
-    assert isinstance(profile.devices, TopologyDeviceSelect)
-    assert isinstance(profile.devices.inner, NvlinkDeviceSelect)
+    assert isinstance(profile.node_set, TpuSliceNodeSet)  # TPU slices, else topology
+    assert isinstance(profile.node_set.inner, TopologyNodeSet)
+    assert isinstance(profile.devices, TpuDeviceSelect)
+    assert isinstance(profile.devices.inner, TopologyDeviceSelect)
+    assert isinstance(profile.devices.inner.inner, NvlinkDeviceSelect)
     assert profile.post_filters == ()
 
 

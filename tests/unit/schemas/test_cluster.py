@@ -237,20 +237,3 @@ def test_load_cluster_from_the_contract_example() -> None:
     assert [n.name for n in nodes[-2:]] == ["cpu-1", "cpu-2"]
     assert nodes[3].label_map == {"pool": "h100"}
     assert nodes[-1].devices == ()
-
-
-def test_tpu_pods_are_refused_for_now() -> None:
-    declared = ClusterFile.model_validate(
-        {
-            "tpu_pods": [
-                {
-                    "name": "pod-a",
-                    "generation": "v5p",
-                    "shape": [4, 4, 8],
-                    "chips_per_host": [2, 2, 1],
-                }
-            ]
-        }
-    )
-    with pytest.raises(ValidationError, match="tpu_pods"):
-        declared.to_nodes()

@@ -64,9 +64,6 @@ REFUSED = [
         id="mig-with-2-tasks",
     ),
     pytest.param(
-        manifest(resources={"tpu": "v5p:2x2x4"}), "resources.tpu", "TPU", id="tpu-not-supported-yet"
-    ),
-    pytest.param(
         manifest(resources={"gpus": 1, "gpu_memory": "20GB"}),
         "resources.gpu_memory",
         "fractional",

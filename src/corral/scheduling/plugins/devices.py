@@ -75,7 +75,7 @@ class NvlinkDeviceSelect:
                 continue
             if used and not node.shared[pos]:
                 continue
-            if request.gpu_memory and device.memory < request.gpu_memory:
+            if not node.share_memory_fits(pos, request.gpu_memory):
                 continue
             if best is None or used > best[0]:
                 best = (used, device.index)

@@ -6,31 +6,42 @@ it when the class needs no GPU or cannot fit the node at all (no matching model,
 free CPUs, fewer fitting GPUs than it needs), else the free milli of the GPUs that have
 less free than the class needs per GPU (or whose model it does not accept).
 :class:`FragmentationScore` scores a node by how much placing the request there changes
-``F``: ``trunc(100 * sigmoid((F(n) - F(n')) / 1000))``, ``n'`` the node after placing, so
-50 means neutral and higher means the placement removes fragmentation.
-:class:`FragmentationDeviceSelect` puts a shared request on the device of the node that
-leaves the least fragmentation. MIG devices are out of scope (ignored). Pure: no I/O.
+``F``: ``trunc(100 * sigmoid((F(n) - F(n')) / 1000))``, ``n'`` the node after placing
+(CPU-only requests too: taking CPUs can leave a class unable to fit), so 50 means neutral
+and higher means the placement removes fragmentation. :class:`FragmentationDeviceSelect`
+puts a shared request on the lowest-index device that gives the node's best score. MIG
+devices are out of scope (ignored; MIG requests score 50).
+
+:class:`Fragmentation` computes ``F`` for one mix from a node's state alone (device
+models, free milli per device, free CPUs) and memoizes it by that state, so identical
+nodes cost one computation: the memo is a cache of a pure function, not state. Pure: no
+I/O.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from corral.core.node import Device
+from corral.core.job import JobSpec, PlacementPolicy
 from corral.core.resources import MILLI, GpuKind, model_matches
 from corral.errors import ValidationError
 from corral.scheduling.framework import NodeRequest
 from corral.scheduling.plugins.devices import NvlinkDeviceSelect
+from corral.scheduling.plugins.scoring import PackingScore
 from corral.scheduling.snapshot import NodeView
+
+MEMO_LIMIT = 200_000  # entries per memo before it is cleared (bounds memory)
+EPSILON = 1e-9  # CPU comparisons: counts are sums of floats
 
 
 @dataclass(frozen=True)
 class RequestClass:
     """One class of the expected workload: ``gpus`` GPUs on one node (0: CPU-only), each
     needing ``gpu_milli`` free (1000: a whole GPU), ``cpus`` free CPUs, GPUs whose model
-    matches ``model`` (None: any), weighted by ``share``."""
+    matches ``model`` (None: any; ``A|B``: either), weighted by ``share``."""
 
     gpu_milli: int = MILLI
     gpus: int = 1
@@ -84,10 +95,11 @@ def parse_mix(
         except (TypeError, ValueError) as exc:
             raise ValidationError(f"plugins: fgd: mix[{i}]: {exc}") from None
     for i, c in enumerate(classes):
-        if c.share <= 0 or c.gpus < 0 or c.cpus < 0 or not 0 < c.gpu_milli <= MILLI:
+        lowest = 0 if c.gpus == 0 else 1  # a CPU-only class may say gpu_milli: 0
+        if c.share <= 0 or c.gpus < 0 or c.cpus < 0 or not lowest <= c.gpu_milli <= MILLI:
             raise ValidationError(
                 f"plugins: fgd: mix[{i}]: needs share > 0, gpus >= 0, cpus >= 0 and "
-                f"0 < gpu_milli <= {MILLI}"
+                f"0 < gpu_milli <= {MILLI} (0 allowed with gpus: 0)"
             )
     if not classes:
         raise ValidationError("plugins: fgd: mix: needs at least one request class")
@@ -97,36 +109,119 @@ def parse_mix(
     )
 
 
-def _fragmentation(
-    devices: Sequence[Device],
-    used: Sequence[int],
-    free_cpus: float,
-    mix: Sequence[RequestClass],
-) -> float:
-    frees = [(d, MILLI - u) for d, u in zip(devices, used, strict=True) if not d.mig]
-    total = sum(f for _, f in frees)
-    if total <= 0:
-        return 0.0
-    result = 0.0
-    for c in mix:
-        if c.gpus == 0 or c.cpus > free_cpus + 1e-9:
-            result += c.share * total
-            continue
-        usable = [f for d, f in frees if f >= c.gpu_milli and model_matches(d.model, c.model)]
-        if len(usable) < c.gpus:
-            result += c.share * total
-        else:
-            result += c.share * (total - sum(usable))
-    return result
+def request_class_key(spec: JobSpec) -> tuple[float, int, int, str] | None:
+    """``(cpus, gpu_milli, gpus, model)`` of one node of ``spec``: its request class;
+    None for MIG and TPU requests, which fragmentation does not model."""
+    gpus = spec.gpus
+    if gpus.kind is GpuKind.MIG or spec.tpu:
+        return None
+    cpus = float(spec.cpus or 0.0)
+    if gpus.kind is GpuKind.NONE:
+        return (cpus, 0, 0, "")
+    model = spec.model_pattern or ""
+    if gpus.kind is GpuKind.FRACTION:
+        return (cpus, gpus.milli, 1, model)
+    return (cpus, MILLI, gpus.count, model)
+
+
+def mix_of(specs: Iterable[JobSpec], coverage: float = 0.95) -> tuple[RequestClass, ...]:
+    """A target mix from requests seen (a trace, or the jobs pending and running): the
+    most frequent request classes (:func:`request_class_key`) that together cover at
+    least ``coverage`` of them (ties: the smaller key first), shares renormalised over the
+    kept classes; :data:`DEFAULT_MIX` when there is none."""
+    counts = Counter(k for k in map(request_class_key, specs) if k is not None)
+    if not counts:
+        return DEFAULT_MIX
+    total = sum(counts.values())
+    kept: list[tuple[tuple[float, int, int, str], int]] = []
+    covered = 0
+    for key, count in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
+        kept.append((key, count))
+        covered += count
+        if covered >= coverage * total - 1e-9:
+            break
+    return tuple(
+        RequestClass(gpu_milli=milli, gpus=n, cpus=cpus, model=model or None, share=c / covered)
+        for (cpus, milli, n, model), c in kept
+    )
+
+
+# A node's state as fragmentation sees it: the (model, free milli) of each device not in
+# MIG mode, sorted (F does not depend on the order), and the free CPUs.
+Frees = tuple[tuple[str, int], ...]
+
+
+def frees_of(view: NodeView, used: Sequence[int] | None = None) -> Frees:
+    """``(model, free milli)`` of the view's devices not in MIG mode, sorted; ``used``
+    replaces the view's per-device use (a trial placement)."""
+    used = view.used_milli if used is None else used
+    return tuple(
+        sorted(
+            (d.model, MILLI - u) for d, u in zip(view.node.devices, used, strict=True) if not d.mig
+        )
+    )
+
+
+class Fragmentation:
+    """``F`` for one mix, memoized by node state (a cache of a pure function).
+
+    Each class counts with its ``share``; a subclass may set other ``weights``.
+    """
+
+    def __init__(self, mix: Sequence[RequestClass | Mapping[str, object]] | None = None) -> None:
+        self.mix = parse_mix(mix)
+        self.weights: tuple[float, ...] = tuple(c.share for c in self.mix)
+        self._memo: dict[tuple[Frees, float], float] = {}
+        self._match: dict[tuple[str | None, str], bool] = {}
+
+    def matches(self, pattern: str | None, model: str) -> bool:
+        key = (pattern, model)
+        hit = self._match.get(key)
+        if hit is None:
+            hit = self._match[key] = model_matches(model, pattern)
+        return hit
+
+    def value(self, frees: Frees, free_cpus: float) -> float:
+        """``F`` of a node whose devices have ``frees`` and which has ``free_cpus`` free."""
+        key = (frees, free_cpus)
+        hit = self._memo.get(key)
+        if hit is not None:
+            return hit
+        if len(self._memo) >= MEMO_LIMIT:
+            self._memo.clear()
+        result = self._memo[key] = self._compute(frees, free_cpus)
+        return result
+
+    def _compute(self, frees: Frees, free_cpus: float) -> float:
+        total = sum(f for _, f in frees)
+        if total <= 0:
+            return 0.0
+        result = 0.0
+        for c, weight in zip(self.mix, self.weights, strict=True):
+            if c.gpus == 0 or c.cpus > free_cpus + EPSILON:
+                result += weight * total
+                continue
+            count, usable = 0, 0
+            for model, free in frees:
+                if free >= c.gpu_milli and self.matches(c.model, model):
+                    count += 1
+                    usable += free
+            result += weight * (total if count < c.gpus else total - usable)
+        return result
+
+    def of(self, view: NodeView) -> float:
+        """``F(n)`` of a node as the snapshot sees it."""
+        return self.value(frees_of(view), view.free_cpus)
 
 
 def node_fragmentation(view: NodeView, mix: Sequence[RequestClass] = DEFAULT_MIX) -> float:
     """``F(n)``: the share-weighted free GPU milli of ``view`` that the mix cannot use."""
-    return _fragmentation(view.node.devices, view.used_milli, view.free_cpus, mix)
+    return Fragmentation(mix).of(view)
 
 
-def _share_fits(request: NodeRequest, view: NodeView, pos: int) -> bool:
-    """The constraints of ``NvlinkDeviceSelect._fraction`` for device ``pos``."""
+def share_fits(request: NodeRequest, view: NodeView, pos: int) -> bool:
+    """Whether device ``pos`` can take the fractional request (the constraints of
+    ``NvlinkDeviceSelect._fraction``)."""
     device, used = view.node.devices[pos], view.used_milli[pos]
     if device.mig or used + request.gpus.milli > MILLI:
         return False
@@ -134,7 +229,28 @@ def _share_fits(request: NodeRequest, view: NodeView, pos: int) -> bool:
         return False
     if used and not view.shared[pos]:
         return False
-    return not (request.gpu_memory and device.memory < request.gpu_memory)
+    return view.share_memory_fits(pos, request.gpu_memory)
+
+
+def share_outcomes(
+    request: NodeRequest, view: NodeView, frag: Fragmentation
+) -> list[tuple[int, float]]:
+    """``(position, F(n'))`` for every device that can take the fractional request, in
+    position order (devices of the same model and use computed once)."""
+    free_cpus = view.free_cpus - request.cpus
+    seen: dict[tuple[str, int], float] = {}
+    result: list[tuple[int, float]] = []
+    for pos, device in enumerate(view.node.devices):
+        if not share_fits(request, view, pos):
+            continue
+        key = (device.model, view.used_milli[pos])
+        after = seen.get(key)
+        if after is None:
+            used = list(view.used_milli)
+            used[pos] += request.gpus.milli
+            after = seen[key] = frag.value(frees_of(view, used), free_cpus)
+        result.append((pos, after))
+    return result
 
 
 def best_share_position(
@@ -142,29 +258,42 @@ def best_share_position(
 ) -> tuple[int, float] | None:
     """``(position, F(n'))`` of the fitting device whose use for the fractional request
     leaves the least fragmentation (lowest position on ties); None if none fits."""
-    free_cpus = view.free_cpus - request.cpus
-    best: tuple[int, float] | None = None
-    for pos in range(len(view.node.devices)):
-        if not _share_fits(request, view, pos):
-            continue
-        used = list(view.used_milli)
-        used[pos] += request.gpus.milli
-        after = _fragmentation(view.node.devices, used, free_cpus, mix)
-        if best is None or after < best[1] - 1e-9:
-            best = (pos, after)
-    return best
+    outcomes = share_outcomes(request, view, Fragmentation(mix))
+    if not outcomes:
+        return None
+    return min(outcomes, key=lambda o: (o[1], o[0]))
 
 
-def _sigmoid_score(delta: float) -> float:
+def whole_after(
+    request: NodeRequest, view: NodeView, picks: list[tuple[int, ...]]
+) -> tuple[Frees, float]:
+    """The node's state after whole GPUs ``picks`` (device indices) are taken."""
+    used = list(view.used_milli)
+    for pick in picks:
+        for index in pick:
+            used[view.position(index)] = MILLI
+    return frees_of(view, used), view.free_cpus - request.cpus
+
+
+def sigmoid_score(delta: float) -> float:
+    """``trunc(100 * sigmoid(delta / 1000))``."""
     x = max(-50.0, min(50.0, delta / 1000.0))
     return float(math.trunc(100.0 / (1.0 + math.exp(-x))))
 
 
+def spread_score(request: NodeRequest, node: NodeView) -> float | None:
+    """The ``spread`` score for a request placed with ``spread`` (the sharing policies
+    only decide for bin-packed requests); None for the others."""
+    if request.placement is PlacementPolicy.SPREAD:
+        return PackingScore().score(request, node)
+    return None
+
+
 class FragmentationScore:
-    """Score: ``trunc(100 * sigmoid((F(n) - F(n')) / 1000))`` for GPU requests (whole or
-    fractional), 50 for the others. ``n'`` assumes the devices the fgd device selection
-    would take: for a share the device leaving the least fragmentation (the node's best
-    FGD score), for whole GPUs the NVLink best fit."""
+    """Score: ``trunc(100 * sigmoid((F(n) - F(n')) / 1000))`` for whole, fractional and
+    CPU-only requests, 50 for MIG. ``n'`` assumes the devices the fgd device selection
+    would take: for a share the device giving the best score (lowest index on ties), for
+    whole GPUs the NVLink best fit (the lowest-index idle GPUs on a flat node)."""
 
     name = "fgd"
 
@@ -174,42 +303,64 @@ class FragmentationScore:
         mix: Sequence[RequestClass | Mapping[str, object]] | None = None,
     ) -> None:
         self.weight = weight
-        self.mix = parse_mix(mix)
+        self.fragmentation = Fragmentation(mix)
         self._whole = NvlinkDeviceSelect()
 
+    @property
+    def mix(self) -> tuple[RequestClass, ...]:
+        return self.fragmentation.mix
+
+    def arguments(self) -> dict[str, object]:
+        """What a device selection needs to choose as this score assumes."""
+        return {"mix": self.mix}
+
     def score(self, request: NodeRequest, node: NodeView) -> float:
-        kind = request.gpus.kind
-        if kind not in (GpuKind.FRACTION, GpuKind.WHOLE):
-            return 50.0
-        before = node_fragmentation(node, self.mix)
+        spread = spread_score(request, node)
+        if spread is not None:
+            return spread
+        best = self.best(request, node)
+        return 0.0 if best is None else best[1]
+
+    def best(self, request: NodeRequest, node: NodeView) -> tuple[int | None, float] | None:
+        """``(device position for a share, score)``; None if nothing fits."""
+        kind, frag = request.gpus.kind, self.fragmentation
+        if kind is GpuKind.MIG:
+            return None, 50.0
+        before = frag.of(node)
         if kind is GpuKind.FRACTION:
-            best = best_share_position(request, node, self.mix)
-            if best is None:
-                return 0.0
-            return _sigmoid_score(before - best[1])
+            chosen: tuple[int | None, float] | None = None
+            for pos, after in share_outcomes(request, node, frag):
+                score = sigmoid_score(before - after)
+                if chosen is None or score > chosen[1]:
+                    chosen = (pos, score)
+            return chosen
+        if kind is GpuKind.NONE:
+            after = frag.value(frees_of(node), node.free_cpus - request.cpus)
+            return None, sigmoid_score(before - after)
         picks = self._whole.select(request, node)
         if picks is None:
-            return 0.0
-        used = list(node.used_milli)
-        for pick in picks:
-            for index in pick:
-                used[node.position(index)] = MILLI
-        after = _fragmentation(node.node.devices, used, node.free_cpus - request.cpus, self.mix)
-        return _sigmoid_score(before - after)
+            return None
+        return None, sigmoid_score(before - frag.value(*whole_after(request, node, picks)))
 
 
 class FragmentationDeviceSelect:
-    """DeviceSelect: a share goes to the fitting device that leaves the node's
-    fragmentation lowest (lowest index on ties); everything else as ``nvlink-devices``."""
+    """DeviceSelect: a share goes to the lowest-index device giving the node's best fgd
+    score; everything else as ``nvlink-devices``."""
 
     name = "fgd-devices"
 
     def __init__(self, mix: Sequence[RequestClass | Mapping[str, object]] | None = None) -> None:
-        self.mix = parse_mix(mix)
+        self._score = FragmentationScore(mix=mix)
         self._inner = NvlinkDeviceSelect()
+
+    @property
+    def mix(self) -> tuple[RequestClass, ...]:
+        return self._score.mix
 
     def select(self, request: NodeRequest, node: NodeView) -> list[tuple[int, ...]] | None:
         if request.gpus.kind is not GpuKind.FRACTION:
             return self._inner.select(request, node)
-        best = best_share_position(request, node, self.mix)
-        return None if best is None else [(node.node.devices[best[0]].index,)]
+        best = self._score.best(request, node)
+        if best is None or best[0] is None:
+            return None
+        return [(node.node.devices[best[0]].index,)]

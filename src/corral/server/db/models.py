@@ -42,9 +42,11 @@ class JobRow(Base):
     ended_at: Mapped[float | None] = mapped_column(Float)
     reason: Mapped[str | None] = mapped_column(Text)
     position: Mapped[int | None] = mapped_column(Integer)
+    estimated_start: Mapped[float | None] = mapped_column(Float)  # from the plan, while pending
     exit_code: Mapped[int | None] = mapped_column(Integer)
     master_port: Mapped[int | None] = mapped_column(Integer)
     time_limit: Mapped[float | None] = mapped_column(Float)  # seconds, from the manifest
+    last_checkpoint_at: Mapped[float | None] = mapped_column(Float)  # reported by the job
     updated_at: Mapped[float] = mapped_column(Float)
 
 
@@ -66,6 +68,7 @@ class TaskRow(Base):
     local_rank: Mapped[int] = mapped_column(Integer)
     gpus: Mapped[list] = mapped_column(JSON)
     gpu_milli: Mapped[int] = mapped_column(Integer, default=1000)
+    gpu_memory: Mapped[int] = mapped_column(BigInteger, default=0)  # promised to a share
     mig_slots: Mapped[list] = mapped_column(JSON, default=list)  # aligned with gpus; [] if none
     cpus: Mapped[float] = mapped_column(Float, default=0.0)
     memory: Mapped[int] = mapped_column(BigInteger, default=0)
@@ -123,6 +126,19 @@ class NodeRow(Base):
     registered_at: Mapped[float] = mapped_column(Float)
     last_heartbeat: Mapped[float] = mapped_column(Float)
     reason: Mapped[str | None] = mapped_column(Text)
+
+
+class QueueUsageRow(Base):
+    """A queue's decayed past usage for fair share (``scheduling.fairshare.UsageLedger``),
+    as of ``at``: GPU-, CPU- and memory-byte-seconds."""
+
+    __tablename__ = "queue_usage"
+
+    queue: Mapped[str] = mapped_column(String(253), primary_key=True)
+    gpu: Mapped[float] = mapped_column(Float)
+    cpu: Mapped[float] = mapped_column(Float)
+    memory: Mapped[float] = mapped_column(Float)
+    at: Mapped[float] = mapped_column(Float)
 
 
 class TokenRow(Base):

@@ -2,11 +2,12 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Query
 
-from corral.schemas.api import JobList, JobOut, LogOut
+from corral.schemas.api import AdviceOut, CheckpointIn, JobList, JobOut, LogOut
 from corral.schemas.manifest import JobManifest
 from corral.server.context import Context
 from corral.server.db.models import TokenRow
 from corral.server.deps import context, user
+from corral.server.services.advice import job_advice
 from corral.server.services.jobs import JobService
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
@@ -37,6 +38,12 @@ def get_job(job_id: int, ctx: Context = Depends(context), _: TokenRow = Depends(
     return JobService(ctx).get(job_id)
 
 
+@router.get("/{job_id}/advice", response_model=AdviceOut)
+def advice(job_id: int, ctx: Context = Depends(context), _: TokenRow = Depends(user)) -> AdviceOut:
+    """What would let a pending job start sooner, from the cluster's state now."""
+    return job_advice(ctx, job_id)
+
+
 @router.post("/{job_id}/cancel", response_model=JobOut)
 def cancel(job_id: int, ctx: Context = Depends(context), _: TokenRow = Depends(user)) -> JobOut:
     return JobService(ctx).cancel(job_id)
@@ -45,6 +52,16 @@ def cancel(job_id: int, ctx: Context = Depends(context), _: TokenRow = Depends(u
 @router.post("/{job_id}/preempt", response_model=JobOut)
 def preempt(job_id: int, ctx: Context = Depends(context), _: TokenRow = Depends(user)) -> JobOut:
     return JobService(ctx).preempt(job_id)
+
+
+@router.post("/{job_id}/checkpoint", response_model=JobOut)
+def checkpoint(
+    job_id: int,
+    body: CheckpointIn,
+    ctx: Context = Depends(context),
+    _: TokenRow = Depends(user),
+) -> JobOut:
+    return JobService(ctx).checkpoint(job_id, body.step, body.path)
 
 
 @router.get("/{job_id}/logs", response_model=LogOut)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 
@@ -58,6 +57,7 @@ def node_of(row: NodeRow) -> Node:
                 nvlink_domain=d.get("nvlink_domain", 0),
                 uuid=d.get("uuid"),
                 mig=tuple(d.get("mig", ())),
+                kind=d.get("kind", "gpu"),
             )
             for d in row.devices
         ),
@@ -79,6 +79,7 @@ def task_allocation_of(row: TaskRow) -> TaskAllocation:
         local_rank=row.local_rank,
         gpus=tuple(row.gpus),
         gpu_milli=row.gpu_milli,
+        gpu_memory=row.gpu_memory or 0,
         cpus=row.cpus,
         memory=row.memory,
         mig_slots=tuple(row.mig_slots or ()),
@@ -86,23 +87,37 @@ def task_allocation_of(row: TaskRow) -> TaskAllocation:
 
 
 def allocations_of(
-    tasks: Iterable[TaskRow], expected_ends: Mapping[int, float] | None = None
+    tasks: Iterable[TaskRow], jobs: Mapping[int, JobRow] | None = None
 ) -> list[Allocation]:
-    """Group held task rows into per-attempt allocations (rank order), with each job's
-    expected end where ``expected_ends`` knows it (else: never)."""
-    ends = expected_ends or {}
+    """Group held task rows into per-attempt allocations (rank order), with what the
+    scheduler needs of each job found in ``jobs`` (priority, queue, start, last checkpoint,
+    expected end: start plus run-time estimate, else time limit, else never)."""
+    jobs = jobs or {}
     groups: dict[tuple[int, int], list[TaskRow]] = defaultdict(list)
     for task in tasks:
         groups[(task.job_id, task.attempt)].append(task)
-    return [
-        Allocation(
-            job_id,
-            attempt,
-            tuple(task_allocation_of(t) for t in sorted(rows, key=_rank)),
-            expected_end=ends.get(job_id, math.inf),
+    allocations = []
+    for (job_id, attempt), rows in groups.items():
+        placed = tuple(task_allocation_of(t) for t in sorted(rows, key=_rank))
+        job = jobs.get(job_id)
+        if job is None:
+            allocations.append(Allocation(job_id, attempt, placed))
+            continue
+        started = job.started_at or job.updated_at
+        allocations.append(
+            Allocation(
+                job_id,
+                attempt,
+                placed,
+                priority=job.priority,
+                preemptible=job.preemptible,
+                expected_end=started + spec_of(job).expected_runtime,
+                queue=job.queue,
+                started_at=started,
+                last_checkpoint=job.last_checkpoint_at,
+            )
         )
-        for (job_id, attempt), rows in groups.items()
-    ]
+    return allocations
 
 
 def _rank(task: TaskRow) -> int:
@@ -157,11 +172,13 @@ def job_out(
         total_gpus=spec.total_gpus,
         reason=row.reason,
         position=row.position,
+        estimated_start=row.estimated_start if row.state == JobState.PENDING.value else None,
         submitted_at=row.submitted_at,
         started_at=row.started_at,
         ended_at=row.ended_at,
         exit_code=row.exit_code,
         manifest=manifest,
+        last_checkpoint_at=row.last_checkpoint_at,
         tasks=[task_out(t) for t in current],
         attempts=_attempts(tasks, events),
         events=[
@@ -221,15 +238,20 @@ def node_out(row: NodeRow, held: Sequence[TaskRow]) -> NodeOut:
             uuid=d.get("uuid"),
             used_by=sorted(set(used.get(d["index"], []))),
             share_used=round(min(1.0, share.get(d["index"], 0.0)), 3),
+            kind=d.get("kind", "gpu"),
         )
         for d in row.devices
     ]
+    gpus = [d for d in devices if d.kind != "tpu"]
+    chips = [d for d in devices if d.kind == "tpu"]
     return NodeOut(
         name=row.name,
         state=row.state,
         address=row.address,
-        gpus=len(row.devices),
-        gpus_used=round(sum(d.share_used for d in devices), 3),
+        gpus=len(gpus),
+        gpus_used=round(sum(d.share_used for d in gpus), 3),
+        tpu_chips=len(chips),
+        tpu_chips_used=sum(1 for d in chips if d.share_used > 0),
         models=sorted({d["model"] for d in row.devices}),
         cpus=row.cpus,
         memory=row.memory,

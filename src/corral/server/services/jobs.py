@@ -6,8 +6,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from corral.core.job import JobState
+from corral.core.lifecycle import Transition
 from corral.errors import ConflictError, NotFoundError, UnschedulableError
-from corral.scheduling.feasibility import never_fits
+from corral.scheduling.feasibility import never_fits, with_tpu_hosts
 from corral.schemas.api import JobOut, LogOut
 from corral.schemas.manifest import JobManifest
 from corral.server.context import Context
@@ -15,7 +16,7 @@ from corral.server.db.models import EventRow, JobRow, LogChunkRow, TaskRow
 from corral.server.services.converters import job_out, spec_of
 from corral.server.services.notify import notify_jobs
 from corral.server.services.settle import FINAL_TASK_STATES
-from corral.server.services.transitions import move_job, record_submission
+from corral.server.services.transitions import move_job, record, record_submission
 
 ACTIVE_STATES = (JobState.PENDING.value, JobState.RUNNING.value, JobState.PREEMPTING.value)
 
@@ -35,7 +36,11 @@ class JobService:
         priority, preemptible = config.resolve_priority(spec.priority, spec.preemptible)
         now = self.ctx.clock()
         with self.ctx.sessions.begin() as session:
-            reason = never_fits(spec, self.ctx.catalog.shapes(session, now), config)
+            shapes = self.ctx.catalog.shapes(session, now)
+            if spec.tpu is not None:  # a TPU slice: as many nodes as the box has hosts
+                spec = with_tpu_hosts(spec, shapes)
+                manifest = manifest.model_copy(update={"nodes": spec.nodes or None})
+            reason = never_fits(spec, shapes, config)
             if reason:
                 raise UnschedulableError(reason)
             row = JobRow(
@@ -116,6 +121,22 @@ class JobService:
                 )
             move_job(session, row, JobState.PREEMPTING, reason, now)
         notify_jobs(self.ctx, [job_id])
+        return self.get(job_id)
+
+    def checkpoint(self, job_id: int, step: int | None, path: str | None) -> JobOut:
+        """Record that the running job saved a complete checkpoint (now)."""
+        now = self.ctx.clock()
+        with self.ctx.sessions.begin() as session:
+            row = self._row(session, job_id)
+            if not JobState(row.state).active:
+                raise ConflictError(
+                    f"job {job_id} is {row.state}; only running jobs report checkpoints"
+                )
+            row.last_checkpoint_at = now
+            what = "checkpoint saved" + (f" at step {step}" if step is not None else "")
+            what += f" ({path})" if path else ""
+            event = Transition(row.state, row.state, now, what)
+            record(session, "job", str(row.id), row.attempt, event)
         return self.get(job_id)
 
     def logs(

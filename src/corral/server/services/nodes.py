@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import base64
 from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -11,6 +13,7 @@ from sqlalchemy.orm import Session
 from corral.core.allocation import mig_instance_name
 from corral.core.job import JobState
 from corral.core.node import NodeState
+from corral.core.tpu import slice_env
 from corral.errors import ConflictError, NotFoundError
 from corral.schemas.agent import (
     DesiredTask,
@@ -22,7 +25,7 @@ from corral.schemas.agent import (
 from corral.schemas.api import NodeOut
 from corral.server.context import Context
 from corral.server.db.models import JobRow, LogChunkRow, NodeRow, TaskRow
-from corral.server.services.converters import node_out, spec_of
+from corral.server.services.converters import node_of, node_out, spec_of
 from corral.server.services.notify import notify_jobs
 from corral.server.services.settle import FINAL_TASK_STATES, lose_tasks, settle_job
 from corral.server.services.transitions import move_node
@@ -309,12 +312,33 @@ class NodeService:
             )
         ).all()
         masters: dict[int, str] = {}
+        slices: dict[int, dict[str, str]] = {}
         desired = []
         for task, job in rows:
             if job.id not in masters:
                 masters[job.id] = self._master_addr(session, job)
-            desired.append(task_launch(job, task, masters[job.id]))
+                slices[job.id] = self._tpu_env(session, job)
+            desired.append(
+                task_launch(job, task, masters[job.id], slices[job.id], devices=node.devices)
+            )
         return desired
+
+    @staticmethod
+    def _tpu_env(session: Session, job: JobRow) -> dict[str, str]:
+        """The TPU variables shared by a TPU slice's tasks (none for other jobs)."""
+        tpu = spec_of(job).tpu
+        if tpu is None:
+            return {}
+        names = list(
+            session.scalars(
+                select(TaskRow.node)
+                .where(TaskRow.job_id == job.id, TaskRow.attempt == job.attempt)
+                .order_by(TaskRow.rank)
+            )
+        )
+        rows = {r.name: r for r in session.scalars(select(NodeRow).where(NodeRow.name.in_(names)))}
+        hosts = [(n, node_of(rows[n]).tpu_host if n in rows else None) for n in names]
+        return slice_env(tpu, hosts)
 
     @staticmethod
     def _master_addr(session: Session, job: JobRow) -> str:
@@ -334,8 +358,21 @@ class NodeService:
         return row
 
 
-def task_launch(job: JobRow, task: TaskRow, master_addr: str) -> DesiredTask:
-    """The process a task runs: command, and the environment of SPEC section 4."""
+def task_launch(
+    job: JobRow,
+    task: TaskRow,
+    master_addr: str,
+    tpu: dict[str, str] | None = None,
+    devices: Sequence[Mapping[str, Any]] = (),
+) -> DesiredTask:
+    """The process a task runs: command, and the environment of SPEC section 4.
+
+    ``devices`` are the node's registered devices (``DeviceIn`` as stored), whose MIG
+    instance UUIDs name a MIG task's instances in ``CUDA_VISIBLE_DEVICES``.
+
+    A task of a TPU slice also gets ``tpu`` (the slice's shared TPU variables) and
+    ``TPU_WORKER_ID`` (its rank: hosts are ranked in worker order); it holds no GPUs, so
+    ``CUDA_VISIBLE_DEVICES`` is empty."""
     spec = spec_of(job)
     env = dict(spec.env)
     env.update(
@@ -353,8 +390,10 @@ def task_launch(job: JobRow, task: TaskRow, master_addr: str) -> DesiredTask:
         GROUP_RANK=str(task.node_rank),
         MASTER_ADDR=master_addr,
         MASTER_PORT=str(job.master_port or 29500),
-        CUDA_VISIBLE_DEVICES=_visible_devices(task),
+        CUDA_VISIBLE_DEVICES=visible_devices(task, devices),
     )
+    if tpu:
+        env.update(tpu, TPU_WORKER_ID=str(task.rank), CUDA_VISIBLE_DEVICES="")
     command = list(spec.command) if isinstance(spec.command, tuple) else spec.command
     return DesiredTask(
         job_id=job.id,
@@ -367,16 +406,19 @@ def task_launch(job: JobRow, task: TaskRow, master_addr: str) -> DesiredTask:
     )
 
 
-def _visible_devices(task: TaskRow) -> str:
+def visible_devices(task: TaskRow, devices: Sequence[Mapping[str, Any]] = ()) -> str:
     """``CUDA_VISIBLE_DEVICES``: the GPU indices, or for a MIG task its instances.
 
-    A device's own ``uuid`` does not name one of its MIG instances, so a MIG instance is
-    named ``MIG-<node>-<gpu index>-<slot>`` (deterministic, enough for simulated devices);
-    real MIG UUIDs are to come from NVML through the agent later.
+    A MIG instance is named by the UUID its agent registered for it (``mig_uuids`` of the
+    device in ``devices``, from NVML: ``MIG-<uuid>``); a device without them (simulated or
+    declared) names it ``MIG-<node>-<gpu index>-<slot>``, deterministic.
     """
     if task.mig_slots:
+        uuids = {d["index"]: d.get("mig_uuids") or () for d in devices}
         return ",".join(
-            mig_instance_name(task.node, index, slot)
+            uuids[index][slot]
+            if 0 <= slot < len(uuids.get(index, ()))
+            else mig_instance_name(task.node, index, slot)
             for index, slot in zip(task.gpus, task.mig_slots, strict=True)
         )
     return ",".join(str(i) for i in task.gpus)

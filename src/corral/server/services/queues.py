@@ -1,17 +1,21 @@
-"""Queues: configuration plus live counts."""
+"""Queues: configuration, quota usage and borrowing, fair share, live counts."""
 
 from __future__ import annotations
 
-from collections import Counter
-
 from sqlalchemy import func, select
 
+from corral.scheduling.fairshare import Capacity, Usage, UsageLedger, dominant_share, held
+from corral.scheduling.quota import QuotaBook
 from corral.schemas.api import QueueOut
 from corral.server.context import Context
-from corral.server.db.models import JobRow, TaskRow
+from corral.server.db.models import JobRow, QueueUsageRow
+from corral.server.services.scheduler import load_cluster
 
 
 def list_queues(ctx: Context) -> list[QueueOut]:
+    """Every configured queue: quota, usage and borrowing per key (GPUs, or a model), its
+    fair share (past usage decayed as of the last cycle, plus what it holds now, over its
+    weight) and its running and pending jobs."""
     with ctx.sessions() as session:
         counts = {
             (queue, state): n
@@ -21,22 +25,35 @@ def list_queues(ctx: Context) -> list[QueueOut]:
                 .group_by(JobRow.queue, JobRow.state)
             )
         }
-        used: Counter[str] = Counter()
-        for queue, gpus, milli in session.execute(
-            select(JobRow.queue, TaskRow.gpus, TaskRow.gpu_milli)
-            .join(TaskRow, TaskRow.job_id == JobRow.id)
-            .where(TaskRow.released.is_(False))
-        ):
-            used[queue] += len(gpus) * milli / 1000
-    return [
-        QueueOut(
-            name=q.name,
-            weight=q.weight,
-            quota=dict(q.quota),
-            cohort=q.cohort,
-            running=counts.get((q.name, "running"), 0) + counts.get((q.name, "preempting"), 0),
-            pending=counts.get((q.name, "pending"), 0),
-            gpus_used=round(used[q.name], 3),
+        state = load_cluster(session).state
+        past = {
+            r.queue: Usage(r.gpu, r.cpu, r.memory) for r in session.scalars(select(QueueUsageRow))
+        }
+    book = QuotaBook.build(ctx.config, state.allocations, state.nodes)
+    capacity = Capacity.of(state.nodes)
+    window = UsageLedger(0.0, ctx.config.policy.fair_share_half_life).window
+    now_held: dict[str, Usage] = {}
+    for alloc in state.allocations:
+        now_held[alloc.queue] = now_held.get(alloc.queue, Usage()) + held(alloc)
+    rows = book.rows()
+    out = []
+    for q in ctx.config.queues:
+        mine = [r for r in rows if r.queue == q.name]
+        share = dominant_share(past.get(q.name, Usage()), capacity, window) + dominant_share(
+            now_held.get(q.name, Usage()), capacity
         )
-        for q in ctx.config.queues
-    ]
+        out.append(
+            QueueOut(
+                name=q.name,
+                weight=q.weight,
+                quota=dict(q.quota),
+                cohort=q.cohort,
+                running=counts.get((q.name, "running"), 0) + counts.get((q.name, "preempting"), 0),
+                pending=counts.get((q.name, "pending"), 0),
+                gpus_used=round(book.usage(q.name).get("gpus", 0.0), 3),
+                borrowed={r.key: round(r.borrowed, 3) for r in mine if r.borrowed},
+                borrowing_limit=dict(q.borrowing_limit),
+                share=round(share / q.weight, 6),
+            )
+        )
+    return out

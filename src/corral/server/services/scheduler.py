@@ -6,8 +6,7 @@ Load and apply happen in one transaction; placing a job is a guarded update
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
@@ -16,10 +15,12 @@ from corral.core.allocation import Allocation
 from corral.core.job import JobState
 from corral.core.lifecycle import transition
 from corral.core.units import format_duration
+from corral.scheduling.config import SchedulerConfig
 from corral.scheduling.cycle import ClusterState, Decisions, schedule
+from corral.scheduling.fairshare import Usage, UsageLedger
 from corral.server.context import Context
-from corral.server.db.models import JobRow, NodeRow, TaskRow
-from corral.server.services.converters import allocations_of, job_of, node_of, spec_of
+from corral.server.db.models import JobRow, NodeRow, QueueUsageRow, TaskRow
+from corral.server.services.converters import allocations_of, job_of, node_of
 from corral.server.services.notify import notify_jobs
 from corral.server.services.transitions import move_job, record
 
@@ -33,22 +34,49 @@ class CycleResult:
     duration: float
 
 
+@dataclass(frozen=True)
+class LoadedCluster:
+    """The cluster as the scheduler sees it, loaded from the database."""
+
+    node_rows: list[NodeRow]
+    held: list[TaskRow]  # tasks that hold resources
+    held_jobs: dict[int, JobRow]  # their jobs, by id
+    state: ClusterState
+
+
+def load_cluster(session: Session) -> LoadedCluster:
+    """Nodes and every allocation that holds resources (with expected ends): what a cycle
+    schedules on, and what on-demand answers (``services.advice``) look at."""
+    node_rows = list(session.scalars(select(NodeRow)))
+    held = list(session.scalars(select(TaskRow).where(TaskRow.released.is_(False))))
+    held_jobs = _held_jobs(session, held)
+    state = ClusterState(
+        nodes=tuple(node_of(r) for r in node_rows),
+        allocations=tuple(allocations_of(held, held_jobs)),
+        preempting=frozenset(
+            j.id for j in held_jobs.values() if j.state == JobState.PREEMPTING.value
+        ),
+    )
+    return LoadedCluster(node_rows, held, held_jobs, state)
+
+
 def run_cycle(ctx: Context) -> CycleResult:
     now = ctx.clock()
     with ctx.sessions.begin() as session:
-        node_rows = list(session.scalars(select(NodeRow)))
-        held = list(session.scalars(select(TaskRow).where(TaskRow.released.is_(False))))
+        cluster = load_cluster(session)
         pending_rows = list(
             session.scalars(select(JobRow).where(JobRow.state == JobState.PENDING.value))
         )
-        state = ClusterState(
-            nodes=tuple(node_of(r) for r in node_rows),
-            allocations=tuple(allocations_of(held, _expected_ends(session, held))),
-        )
-        decisions = schedule(state, [job_of(r) for r in pending_rows], ctx.config, now, ctx.profile)
-        ports = _ports_in_use(session, held)
-        placed = _apply(session, decisions, {r.id: r for r in pending_rows}, node_rows, ports, now)
+        pending = [job_of(r) for r in pending_rows]
+        usage = advance_usage(session, ctx.config, cluster.state.allocations, now)
+        state = replace(cluster.state, usage=usage)
+        decisions = schedule(state, pending, ctx.config, now, ctx.profile)
+        ports = _ports_in_use(session, cluster.held)
+        by_id = {r.id: r for r in pending_rows}
+        placed = _apply(session, decisions, by_id, cluster.node_rows, ports, now)
+        preempted = _preempt(session, decisions, cluster.held_jobs, now)
     ctx.watch.bump({node for alloc in decisions.placements for node in alloc.nodes})
+    notify_jobs(ctx, preempted)
     return CycleResult(placed, len(pending_rows) - placed, ctx.clock() - now)
 
 
@@ -77,6 +105,7 @@ def _apply(
                 state=JobState.RUNNING.value,
                 reason=reason,
                 position=None,
+                estimated_start=None,
                 master_port=port,
                 started_at=None,
                 updated_at=now,
@@ -91,20 +120,52 @@ def _apply(
         placed += 1
     for job_id, pend in decisions.pending.items():
         job = pending[job_id]
-        if job.reason != pend.reason or job.position != pend.position:
-            job.reason, job.position = pend.reason, pend.position
+        now_known = (pend.reason, pend.position, pend.estimated_start)
+        if (job.reason, job.position, job.estimated_start) != now_known:
+            job.reason, job.position, job.estimated_start = now_known
     return placed
 
 
-def _expected_ends(session: Session, held: list[TaskRow]) -> dict[int, float]:
-    """When each job holding resources should end: its start (or placement) plus its
-    run-time estimate (else time limit); jobs without either are left out (never)."""
-    ends = {}
-    for job in session.scalars(select(JobRow).where(JobRow.id.in_({t.job_id for t in held}))):
-        expected = spec_of(job).expected_runtime
-        if expected != math.inf:
-            ends[job.id] = (job.started_at or job.updated_at) + expected
-    return ends
+def _preempt(
+    session: Session, decisions: Decisions, held_jobs: dict[int, JobRow], now: float
+) -> list[int]:
+    """Signal the scheduler's victims (running -> preempting); returns their ids."""
+    preempted = []
+    for job_id, why in decisions.preemptions:
+        job = held_jobs.get(job_id)
+        if job is not None and job.state == JobState.RUNNING.value:
+            move_job(session, job, JobState.PREEMPTING, why, now)
+            preempted.append(job_id)
+    return preempted
+
+
+def advance_usage(
+    session: Session, config: SchedulerConfig, allocations: tuple[Allocation, ...], now: float
+) -> UsageLedger:
+    """The fair-share ledger brought to ``now`` with what ``allocations`` held since the
+    last cycle, stored back (a row per queue, so the time of the last update is kept from
+    the first cycle on). Work that ended between two cycles is counted up to the cycle
+    before it ended: at most one interval short."""
+    rows = {r.queue: r for r in session.scalars(select(QueueUsageRow))}
+    at = min((r.at for r in rows.values()), default=now)
+    usage = tuple(sorted((q, Usage(r.gpu, r.cpu, r.memory)) for q, r in rows.items()))
+    ledger = UsageLedger(at, config.policy.fair_share_half_life, usage).advance(now, allocations)
+    known = dict(ledger.usage)
+    for queue in config.queues:
+        known.setdefault(queue.name, Usage())
+    for queue, used in known.items():
+        row = rows.get(queue)
+        if row is None:
+            row = QueueUsageRow(queue=queue)
+            session.add(row)
+        row.gpu, row.cpu, row.memory, row.at = used.gpu, used.cpu, used.memory, now
+    return ledger
+
+
+def _held_jobs(session: Session, held: list[TaskRow]) -> dict[int, JobRow]:
+    """The jobs of the tasks that hold resources, by id."""
+    ids = {t.job_id for t in held}
+    return {j.id: j for j in session.scalars(select(JobRow).where(JobRow.id.in_(ids)))}
 
 
 def _add_tasks(session: Session, alloc: Allocation) -> None:
@@ -119,6 +180,7 @@ def _add_tasks(session: Session, alloc: Allocation) -> None:
                 local_rank=task.local_rank,
                 gpus=list(task.gpus),
                 gpu_milli=task.gpu_milli,
+                gpu_memory=task.gpu_memory,
                 mig_slots=list(task.mig_slots),
                 cpus=task.cpus,
                 memory=task.memory,
