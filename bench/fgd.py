@@ -177,7 +177,7 @@ def main() -> None:
             _spread(at130),
             f"{statistics.fmean(r[4] for r in mine):.1f}",
         )
-    out = Console(file=sys.stdout)
+    out = Console(file=sys.stdout, width=100)
     out.print(table)
     out.print(f"wall time {wall:.0f} s ({len(tasks)} runs on {args.jobs} processes)")
     print(json.dumps(summary), flush=True)

@@ -82,102 +82,185 @@ def schedule(
     config: SchedulerConfig,
     now: float,
     profile: Profile | None = None,
+    estimate: bool = True,
 ) -> Decisions:
     """Decide which pending jobs start now and where. Pure: no I/O, no clock but ``now``.
 
     Per job in order: admission against its queue's quota (a refusal blocks nobody), then
     placement; a job that cannot start runs the post-filters (preemption, backfill).
+    ``estimate``: fill in every waiting job's estimated start from the forward plan (the
+    control plane shows them; the simulator, which runs a cycle per event, skips them).
     """
     profile = profile or build_profile(config)
-    snapshot = state.snapshot or Snapshot.build(state.nodes, state.allocations)
-    evaluator = evaluator_for(snapshot, profile)  # indexed filter/score results, see there
-    book = QuotaBook.build(config, state.allocations, state.nodes) if has_quotas(config) else None
+    cycle = _Cycle(state, config, now, profile)
     order = _order(pending, state, config, profile)
-    if book is not None:  # within a priority, jobs that would borrow quota go after the rest
-        order.sort(key=lambda j: (-j.priority, _borrows(book, j)))
-    placements: list[Allocation] = []
-    reasons: dict[int, PendingReason] = {}
-    preemptions: list[tuple[int, str]] = []
-    reservations: list[Reservation] = []
+    if cycle.book is not None:  # within a priority, jobs that would borrow go after the rest
+        order.sort(key=lambda j: (-j.priority, _borrows(cycle.book, j)))  # type: ignore[arg-type]
     blocker: Job | None = None
-    # jobs being preempted (signalled, still holding resources), not yet claimed this cycle
-    # by a job ahead in the order that will start on what they free
-    freeing = {a.job_id: a for a in state.allocations if a.job_id in state.preempting}
-    preempting = state.preempting  # and the victims chosen so far this cycle
-
-    def held_for(job: Job) -> dict[str, int]:
-        """Reserved nodes are usable only by jobs known to end before the reservation."""
-        ends = now + job.spec.expected_runtime
-        return {
-            n: r.job_id
-            for r in reservations
-            if r.job_id != job.id and (ends > r.start or math.isinf(ends))
-            for n in r.nodes
-        }
-
-    def trial(job: Job, request: NodeRequest) -> Allocation | Unschedulable | Unresolvable:
-        return place_gang(job, request, snapshot, profile, evaluator, held_for(job), now)
-
     for position, job in enumerate(order, start=1):
         if blocker is not None:
-            reasons[job.id] = PendingReason(
+            cycle.reasons[job.id] = PendingReason(
                 f"waiting behind job {blocker.id} (ahead in priority order)", position
             )
             continue
-        request = NodeRequest.of(job.spec, config.queue_placement(job.queue))
+        if cycle.run(job, position):
+            blocker = job
+    if estimate:
+        held_now = state.allocations + tuple(cycle.placements)
+        _estimate(cycle.reasons, order, cycle.snapshot, held_now, profile, config, now)
+    return Decisions(tuple(cycle.placements), cycle.reasons, tuple(cycle.preemptions))
+
+
+class _Cycle:
+    """The working state of one cycle: the snapshot and quota book with this cycle's
+    placements assumed, reservations, victims, and each pending job's reason."""
+
+    def __init__(
+        self, state: ClusterState, config: SchedulerConfig, now: float, profile: Profile
+    ) -> None:
+        self.state, self.config, self.now, self.profile = state, config, now, profile
+        self.snapshot = state.snapshot or Snapshot.build(state.nodes, state.allocations)
+        self.evaluator = evaluator_for(self.snapshot, profile)  # indexed filter/score results
+        self.book = (
+            QuotaBook.build(config, state.allocations, state.nodes) if has_quotas(config) else None
+        )
+        self.placements: list[Allocation] = []
+        self.reasons: dict[int, PendingReason] = {}
+        self.preemptions: list[tuple[int, str]] = []
+        self.reservations: list[Reservation] = []
+        self.preempting = state.preempting  # and the victims chosen so far this cycle
+        # jobs being preempted (signalled, still holding resources), not yet claimed this
+        # cycle by a job ahead in the order that will start on what they free
+        self.freeing = {a.job_id: a for a in state.allocations if a.job_id in state.preempting}
+        # outcomes of trials that failed, valid until the snapshot next changes: a job whose
+        # request, gang size and reserved nodes are the same fails the same way
+        self.failed: dict[tuple, tuple[NodeRequest, dict, Unschedulable | Unresolvable]] = {}
+        self.failed_at = self.snapshot.change_position
+        self.held: dict[float, dict[str, int]] = {}  # reserved nodes by expected run time
+        self.owners: set[int] = set()  # jobs holding a reservation
+        self.context_key: tuple | None = None
+        self.context: CycleContext | None = None
+
+    def run(self, job: Job, position: int) -> bool:
+        """Place ``job`` or record why not; True if it blocks the jobs behind it."""
+        request = _request(job, self.config, self.snapshot)
+        book = self.book
         refusal = book.admit(job, book.demand(job.spec)) if book else None
         outcome: Allocation | Unschedulable | Unresolvable = Unschedulable(f"quota: {refusal}")
         if refusal is None:
-            outcome = trial(job, request)
+            outcome = self.place(job, request)
         if isinstance(outcome, Allocation) and book is not None:
             refusal = book.admit(job, book.amounts(outcome))  # exact, now the models are known
             outcome = Unschedulable(f"quota: {refusal}") if refusal else outcome
         if isinstance(outcome, Allocation):
-            snapshot.assume(outcome)
+            self.snapshot.assume(outcome)
             if book is not None:
                 book.assume_allocation(outcome)
-            placements.append(outcome)
-            continue
-        reason, allow_others, estimate = outcome.reason, refusal is not None, None
-        awaited = _awaited(job, request, snapshot, freeing, trial) if freeing else []
-        if awaited and refusal is None:
-            for job_id in awaited:
-                del freeing[job_id]
-            ids = ", ".join(map(str, awaited))
-            reason = f"starts when job{'s' if len(awaited) > 1 else ''} {ids} (preempted) exit"
-            reasons[job.id] = PendingReason(f"{reason}; {outcome.reason}", position, False, now)
-            continue
-        context = CycleContext(
-            snapshot,
-            state.allocations + tuple(placements),
-            tuple(reservations),
-            now,
-            trial,
-            preempting=preempting,
-            quota=book,
+            self.placements.append(outcome)
+            return False
+        if refusal is None and self.freeing:
+            awaited = _awaited(job, request, self.snapshot, self.freeing, self.trial)
+            if awaited:
+                for job_id in awaited:
+                    del self.freeing[job_id]
+                ids = ", ".join(map(str, awaited))
+                why = f"starts when job{'s' if len(awaited) > 1 else ''} {ids} (preempted) exit"
+                self.reasons[job.id] = PendingReason(
+                    f"{why}; {outcome.reason}", position, False, self.now
+                )
+                return False
+        reason, allow_others, estimate = self.post_filter(job, request, outcome.reason)
+        unresolvable = isinstance(outcome, Unresolvable)
+        self.reasons[job.id] = PendingReason(reason, position, unresolvable, estimate)
+        return not (allow_others or refusal is not None or unresolvable)
+
+    def place(self, job: Job, request: NodeRequest) -> Allocation | Unschedulable | Unresolvable:
+        """A trial placement of ``job`` (nothing assumed), skipping reserved nodes."""
+        held = self.held_for(job)
+        # requests are interned (see _request), so they compare by identity here
+        key = (id(request), job.spec.nodes, job.spec.tpu, id(held))
+        if self.failed_at != self.snapshot.change_position:
+            self.failed.clear()
+            self.failed_at = self.snapshot.change_position
+        seen = self.failed.get(key)
+        if seen is not None and seen[0] is request and seen[1] is held:
+            return seen[2]
+        outcome = place_gang(
+            job, request, self.snapshot, self.profile, self.evaluator, held, self.now
         )
-        for plugin in profile.post_filters:
+        if not isinstance(outcome, Allocation):  # (keeping request and held alive: ids hold)
+            self.failed[key] = (request, held, outcome)
+        return outcome
+
+    def trial(self, job: Job, request: NodeRequest) -> Allocation | Unschedulable | Unresolvable:
+        held = self.held_for(job)
+        return place_gang(job, request, self.snapshot, self.profile, self.evaluator, held, self.now)
+
+    def held_for(self, job: Job) -> dict[str, int]:
+        """Reserved nodes are usable only by jobs known to end before the reservation
+        starts (the same mapping object for jobs of the same expected run time)."""
+        if not self.reservations:
+            return _NONE_HELD
+        runtime = job.spec.expected_runtime
+        if job.id in self.owners:
+            return self._held(runtime, job.id)
+        held = self.held.get(runtime)
+        if held is None:
+            held = self.held[runtime] = self._held(runtime, None)
+        return held
+
+    def _held(self, runtime: float, owner: int | None) -> dict[str, int]:
+        ends = self.now + runtime
+        return {
+            n: r.job_id
+            for r in self.reservations
+            if r.job_id != owner and (ends > r.start or math.isinf(ends))
+            for n in r.nodes
+        }
+
+    def post_filter(
+        self, job: Job, request: NodeRequest, reason: str
+    ) -> tuple[str, bool, float | None]:
+        """Run the post-filters: ``(reason, allow_others, estimated start)``."""
+        allow_others, estimate = False, None
+        if not self.profile.post_filters:
+            return reason, allow_others, estimate
+        context = self._context()
+        for plugin in self.profile.post_filters:
             result = plugin.post_filter(job, request, context)
-            preemptions += [(victim, f"preempted for job {job.id}") for victim in result.preempt]
-            preempting = preempting | set(result.preempt) if result.preempt else preempting
+            self.preemptions += [(v, f"preempted for job {job.id}") for v in result.preempt]
             reason = f"{result.reason}; {reason}" if result.reason else reason
             allow_others = allow_others or result.allow_others
             if result.preempt:
                 # the victims still hold their resources this cycle, so nothing else can
                 # take them; once they exit, this job (earlier in the order) claims them
-                estimate = now
-                break
+                self.preempting = self.preempting | set(result.preempt)
+                return reason, allow_others, self.now
             if result.reservation is not None:
-                reservations.append(result.reservation)
+                self.reservations.append(result.reservation)
+                self.owners.add(job.id)
+                self.held.clear()
                 start = result.reservation.start
-                estimate = None if math.isinf(start) else start
-                break  # the job has its plan (victims nominated, or a backfill reservation)
-        unresolvable = isinstance(outcome, Unresolvable)
-        reasons[job.id] = PendingReason(reason, position, unresolvable, estimate)
-        if not allow_others and not unresolvable:
-            blocker = job
-    _estimate(reasons, order, snapshot, state.allocations + tuple(placements), profile, config, now)
-    return Decisions(tuple(placements), reasons, tuple(preemptions))
+                return reason, allow_others, None if math.isinf(start) else start
+        return reason, allow_others, estimate
+
+    def _context(self) -> CycleContext:
+        key = (len(self.placements), len(self.reservations), self.preempting)
+        if self.context is None or key != self.context_key:
+            self.context_key = key
+            self.context = CycleContext(
+                self.snapshot,
+                self.state.allocations + tuple(self.placements),
+                tuple(self.reservations),
+                self.now,
+                self.trial,
+                preempting=self.preempting,
+                quota=self.book,
+            )
+        return self.context
+
+
+_NONE_HELD: dict[str, int] = {}
 
 
 def _estimate(
@@ -204,6 +287,25 @@ def _estimate(
     starts = estimate_starts(snapshot, allocations, blocked, profile, config, now)
     for job_id, start in starts.items():
         reasons[job_id] = replace(reasons[job_id], estimated_start=start)
+
+
+def _request(job: Job, config: SchedulerConfig, snapshot: Snapshot) -> NodeRequest:
+    """``NodeRequest.of`` the job, memoized with the snapshot per spec object (callers that
+    keep their snapshot and their jobs' specs between cycles build each request once), and
+    interned: equal requests are one object, so they can be compared by identity."""
+    cache = snapshot.caches.setdefault(_request, ({}, {}))
+    assert isinstance(cache, tuple)
+    by_spec, interned = cache
+    found = by_spec.get(id(job.spec))
+    if found is not None and found[0] is job.spec and found[1] is config:
+        return found[2]
+    request = NodeRequest.of(job.spec, config.queue_placement(job.queue))
+    if len(by_spec) > 100_000:
+        by_spec.clear()
+        interned.clear()
+    request = interned.setdefault(request, request)
+    by_spec[id(job.spec)] = (job.spec, config, request)
+    return request
 
 
 def _awaited(

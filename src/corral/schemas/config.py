@@ -28,6 +28,18 @@ class QueueModel(Strict):
     borrowing_limit: dict[str, float] = Field(default_factory=dict)
     placement: PlacementPolicy | None = None
 
+    @model_validator(mode="after")
+    def _amounts(self) -> QueueModel:
+        for field, amounts in (("quota", self.quota), ("borrowing_limit", self.borrowing_limit)):
+            for key, amount in amounts.items():
+                if not key.strip():
+                    raise ValueError(f"{field}: empty key (use 'gpus' or a GPU model)")
+                if amount < 0:
+                    raise ValueError(f"{field}.{key}: must be at least 0, got {amount:g}")
+        if self.borrowing_limit and self.cohort is None:
+            raise ValueError("borrowing_limit: needs a cohort to borrow from")
+        return self
+
 
 class PriorityClassModel(Strict):
     value: int

@@ -267,7 +267,7 @@ class Simulator:
                 usage=self._ledger,
             )
             pending = [r.core for r in self._pending.values()]
-            decisions = schedule(state, pending, self.config, now, self.profile)
+            decisions = schedule(state, pending, self.config, now, self.profile, estimate=False)
             self._apply(decisions, now)
         self._sample(now)
 

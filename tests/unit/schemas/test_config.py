@@ -140,6 +140,26 @@ def test_plugins_with_weight_and_args() -> None:
         ),
         pytest.param("queuez: []", "queuez: unknown field", id="unknown-top-level-key"),
         pytest.param(
+            "queues: [{name: a, quota: {gpus: -1}}]",
+            "quota.gpus: must be at least 0, got -1",
+            id="negative-quota",
+        ),
+        pytest.param(
+            "queues: [{name: a, quota: {gpus: 8}, borrowing_limit: {gpus: 4}}]",
+            "borrowing_limit: needs a cohort to borrow from",
+            id="borrowing-without-cohort",
+        ),
+        pytest.param(
+            "queues: [{name: a, quota: {'': 8}}]",
+            "quota: empty key",
+            id="empty-quota-key",
+        ),
+        pytest.param(
+            "policy: {order: lottery}",
+            "policy.order",
+            id="unknown-order",
+        ),
+        pytest.param(
             "policy: {backfil: true}", "policy.backfil: unknown field", id="unknown-policy-key"
         ),
         pytest.param(
