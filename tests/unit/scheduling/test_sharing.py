@@ -3,11 +3,14 @@ balance term), its score and device choice, and how policy.sharing builds the pr
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from corral.core.allocation import Allocation
 from corral.core.job import PlacementPolicy
 from corral.core.node import Device, Node
+from corral.core.resources import GpuRequest
 from corral.errors import ValidationError
 from corral.scheduling.config import PluginRef, Policy, SchedulerConfig
 from corral.scheduling.cycle import ClusterState, schedule
@@ -289,6 +292,14 @@ def test_corral_device_uses_the_exact_fragmentation() -> None:
     request = request_of(job(1).gpus(0.25))
     assert CorralDeviceSelect(mix=mix).select(request, view) == [(1,)]
     assert FragmentationDeviceSelect(mix=mix).select(request, view) == [(0,)]
+
+
+def test_tpu_slices_and_chips_are_left_to_the_slice_selection() -> None:
+    host = node("t").devices(Device(0, "v5p", 95 * GB, kind="tpu")).cpus(96).build()
+    slice_request = replace(request_of(job(1)), gpus=GpuRequest(tpu="v5p"))
+    for score in (CorralScore(), FragmentationScore(), BestFitScore()):
+        assert score.score(slice_request, view_of(host)) == 50.0
+    assert CorralFragmentation(WHOLE_12).of(view_of(host)) == 0.0  # no GPU to fragment
 
 
 def test_corral_and_fgd_spread_what_asks_to_be_spread() -> None:

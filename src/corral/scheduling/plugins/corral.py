@@ -22,8 +22,9 @@ least (free GPU milli that the expected mix of requests cannot use). On a real c
 So ``F*(n) = sum_c share_c * scarcity_c * frag_c(n) + balance * max(0, G(n) - C(n) / r)``
 and the score is FGD's: ``trunc(100 * sigmoid((F*(n) - F*(n')) / 1000))`` (ties, which
 the truncation makes common, go to the node-set selection's order). A share goes to the
-device leaving ``F*`` lowest, then the busiest, then the lowest index. MIG requests score
-50; a request placed with ``spread`` is spread. Pure: no I/O (memoized by node state).
+device leaving ``F*`` lowest, then the busiest, then the lowest index. MIG requests and
+TPU slices score 50; a request placed with ``spread`` is spread. Pure: no I/O (memoized by
+node state).
 """
 
 from __future__ import annotations
@@ -149,7 +150,7 @@ class CorralScore:
     def best(self, request: NodeRequest, node: NodeView) -> tuple[int | None, float] | None:
         """``(device position for a share, score)``; None if nothing fits."""
         kind, frag = request.gpus.kind, self.fragmentation
-        if kind is GpuKind.MIG:
+        if kind is GpuKind.MIG or request.gpus.tpu:
             return None, 50.0
         before = frag.of(node)
         if kind is GpuKind.FRACTION:

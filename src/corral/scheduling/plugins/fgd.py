@@ -10,7 +10,7 @@ less free than the class needs per GPU (or whose model it does not accept).
 (CPU-only requests too: taking CPUs can leave a class unable to fit), so 50 means neutral
 and higher means the placement removes fragmentation. :class:`FragmentationDeviceSelect`
 puts a shared request on the lowest-index device that gives the node's best score. MIG
-devices are out of scope (ignored; MIG requests score 50).
+devices and TPU chips are out of scope (ignored; MIG requests and TPU slices score 50).
 
 :class:`Fragmentation` computes ``F`` for one mix from a node's state alone (device
 models, free milli per device, free CPUs) and memoizes it by that state, so identical
@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from corral.core.job import JobSpec, PlacementPolicy
 from corral.core.resources import MILLI, GpuKind, model_matches
+from corral.core.tpu import GPU
 from corral.errors import ValidationError
 from corral.scheduling.framework import NodeRequest
 from corral.scheduling.plugins.devices import NvlinkDeviceSelect
@@ -157,7 +158,9 @@ def frees_of(view: NodeView, used: Sequence[int] | None = None) -> Frees:
     used = view.used_milli if used is None else used
     return tuple(
         sorted(
-            (d.model, MILLI - u) for d, u in zip(view.node.devices, used, strict=True) if not d.mig
+            (d.model, MILLI - u)
+            for d, u in zip(view.node.devices, used, strict=True)
+            if not d.mig and d.kind == GPU
         )
     )
 
@@ -324,7 +327,7 @@ class FragmentationScore:
     def best(self, request: NodeRequest, node: NodeView) -> tuple[int | None, float] | None:
         """``(device position for a share, score)``; None if nothing fits."""
         kind, frag = request.gpus.kind, self.fragmentation
-        if kind is GpuKind.MIG:
+        if kind is GpuKind.MIG or request.gpus.tpu:
             return None, 50.0
         before = frag.of(node)
         if kind is GpuKind.FRACTION:

@@ -17,6 +17,7 @@ import math
 from typing import Any
 
 from corral.core.resources import MILLI, GpuKind
+from corral.core.tpu import GPU
 from corral.errors import ValidationError
 from corral.scheduling.framework import NodeRequest, Score
 from corral.scheduling.plugins.fgd import spread_score
@@ -41,11 +42,11 @@ def requested_milli(request: NodeRequest) -> int:
 
 
 def free_milli(node: NodeView) -> int:
-    """Free GPU milli of the node's devices not in MIG mode."""
+    """Free GPU milli of the node's GPUs not in MIG mode."""
     return sum(
         MILLI - used
         for device, used in zip(node.node.devices, node.used_milli, strict=True)
-        if not device.mig
+        if not device.mig and device.kind == GPU
     )
 
 
@@ -76,6 +77,8 @@ class BestFitScore:
         spread = spread_score(request, node)
         if spread is not None:
             return spread
+        if request.gpus.tpu:
+            return 50.0  # a TPU slice: the slice selection decides
         return best_fit(
             node.free_cpus,
             request.cpus,
