@@ -47,7 +47,7 @@ class Policy:
     fair_share_half_life: float = 7 * 86400.0
     interval: float = 10.0
     order: str = "fair-share"  # the QueueSort: fair-share | priority-fifo | shortest-first
-    sharing: str = "packing"  # placement of shared GPUs: packing | fgd (fragmentation-aware)
+    sharing: str = "packing"  # placement of shared GPUs: packing | bestfit | fgd | corral
 
 
 DEFAULT_PRIORITY_CLASSES = (

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -10,7 +11,7 @@ from corral.core.job import PlacementPolicy, TopologyLevel
 from corral.core.node import NodeState
 from corral.scheduling.config import SchedulerConfig
 from corral.scheduling.evaluation import Candidates, NodeEvaluator
-from corral.scheduling.framework import NodeRequest, ScoredNode
+from corral.scheduling.framework import NodeRequest, Profile, ScoredNode
 from corral.scheduling.plugins.topology import DOMAIN_KEYS
 from corral.scheduling.registry import build_profile
 from corral.scheduling.snapshot import Snapshot
@@ -36,6 +37,20 @@ def ranked(candidates: Candidates) -> list[tuple[str, float]]:
 def fresh(snapshot: Snapshot, req: NodeRequest) -> Candidates:
     """What a brand-new evaluator says (the reference for the kept one)."""
     return NodeEvaluator(PROFILE).evaluate(req, snapshot)
+
+
+def counting_profile(calls: list[str]) -> Profile:
+    """The default profile with one score that records the nodes it is run on."""
+
+    class Counting:
+        name = "counting"
+        weight = 1.0
+
+        def score(self, req: NodeRequest, view: object) -> float:
+            calls.append(view.name)  # type: ignore[attr-defined]
+            return 0.0
+
+    return replace(build_profile(SchedulerConfig()), scores=(Counting(),))
 
 
 def test_kept_index_matches_a_fresh_one_after_every_change() -> None:
@@ -65,17 +80,7 @@ def test_kept_index_matches_a_fresh_one_after_every_change() -> None:
 
 def test_only_changed_nodes_are_evaluated_again() -> None:
     calls: list[str] = []
-
-    class Counting:
-        name = "counting"
-        weight = 1.0
-
-        def score(self, req: NodeRequest, view: object) -> float:
-            calls.append(view.name)  # type: ignore[attr-defined]
-            return 0.0
-
-    profile = build_profile(SchedulerConfig())
-    profile = type(profile)(**{**profile.__dict__, "scores": (Counting(),)})
+    profile = counting_profile(calls)
     cluster = [node(f"n{i}").gpus(8).labels(id=str(i)).build() for i in range(5)]
     snapshot = Snapshot(cluster)
     evaluator = NodeEvaluator(profile)
@@ -89,17 +94,7 @@ def test_only_changed_nodes_are_evaluated_again() -> None:
 
 def test_nodes_alike_but_for_their_name_share_one_plugin_run() -> None:
     calls: list[str] = []
-
-    class Counting:
-        name = "counting"
-        weight = 1.0
-
-        def score(self, req: NodeRequest, view: object) -> float:
-            calls.append(view.name)  # type: ignore[attr-defined]
-            return 0.0
-
-    profile = build_profile(SchedulerConfig())
-    profile = type(profile)(**{**profile.__dict__, "scores": (Counting(),)})
+    profile = counting_profile(calls)
     cluster = [node(f"n{i}").gpus(8).build() for i in range(4)]
     cluster.append(node("other").gpus(8).labels(pool="x").build())
     NodeEvaluator(profile).evaluate(request(1), Snapshot(cluster))

@@ -91,7 +91,7 @@ class Limits:
     max_prune: int = 16  # trial placements to drop unneeded victims
     max_quota_victims: int = 32  # own-queue victims added to fit the quota
     max_seeds: int = 4  # multi-node victims tried as seeds of a gang's group, per domain
-    max_searches: int = 48  # searches per cycle (the rest wait for the next cycle)
+    max_searches: int = 32  # searches per cycle (the rest wait for the next cycle)
 
 
 @dataclass
