@@ -34,6 +34,8 @@ def test_mig_tasks_see_the_registered_instance_uuids(server: Server) -> None:
     visible = {t["job_id"]: t["env"]["CUDA_VISIBLE_DEVICES"] for t in node.sync()["tasks"]}
     assert sorted(visible[j.id] for j in jobs) == UUIDS
     assert visible[small.id] == "MIG-node-m-1-0"
+    # corral show names the instances as the tasks see them
+    assert [client.get(j.id).tasks[0].mig for j in every] == [[visible[j.id]] for j in every]
 
 
 def test_mig_uuids_must_match_the_instances(server: Server) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from corral.core.allocation import Allocation, TaskAllocation, mig_instance_name
 from corral.core.job import Job, JobSpec, JobState
@@ -124,7 +125,22 @@ def _rank(task: TaskRow) -> int:
     return task.rank
 
 
-def task_out(row: TaskRow) -> TaskOut:
+def mig_names(task: TaskRow, devices: Sequence[Mapping[str, Any]] = ()) -> list[str]:
+    """The names of a MIG task's instances, as its ``CUDA_VISIBLE_DEVICES`` has them: the
+    UUID its agent registered for the instance (``mig_uuids`` of the device in
+    ``devices``, the node's registered devices; from NVML: ``MIG-<uuid>``), else (simulated
+    or declared devices) ``MIG-<node>-<gpu index>-<slot>``, deterministic."""
+    uuids = {d["index"]: d.get("mig_uuids") or () for d in devices}
+    return [
+        uuids[index][slot]
+        if 0 <= slot < len(uuids.get(index, ()))
+        else mig_instance_name(task.node, index, slot)
+        for index, slot in zip(task.gpus, task.mig_slots or (), strict=True)
+    ]
+
+
+def task_out(row: TaskRow, devices: Sequence[Mapping[str, Any]] = ()) -> TaskOut:
+    """The API view of a task; ``devices``: its node's registered devices (MIG UUIDs)."""
     return TaskOut(
         rank=row.rank,
         node=row.node,
@@ -132,12 +148,7 @@ def task_out(row: TaskRow) -> TaskOut:
         local_rank=row.local_rank,
         gpus=list(row.gpus),
         gpu_share=row.gpu_milli / 1000,
-        mig=[
-            mig_instance_name(row.node, index, slot)
-            for index, slot in zip(row.gpus, row.mig_slots, strict=True)
-        ]
-        if row.mig_slots
-        else [],
+        mig=mig_names(row, devices) if row.mig_slots else [],
         state=row.state,
         pid=row.pid,
         exit_code=row.exit_code,
@@ -150,8 +161,10 @@ def job_out(
     row: JobRow,
     tasks: Sequence[TaskRow] = (),
     events: Sequence[EventRow] = (),
+    devices: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
 ) -> JobOut:
-    """The API view of a job; ``tasks`` (all attempts) and ``events`` for details."""
+    """The API view of a job; ``tasks`` (all attempts) and ``events`` for details;
+    ``devices``: registered devices by node, for the names of MIG instances."""
     manifest = row.manifest
     resources = manifest.get("resources", {})
     spec = spec_of(row)
@@ -179,7 +192,7 @@ def job_out(
         exit_code=row.exit_code,
         manifest=manifest,
         last_checkpoint_at=row.last_checkpoint_at,
-        tasks=[task_out(t) for t in current],
+        tasks=[task_out(t, (devices or {}).get(t.node, ())) for t in current],
         attempts=_attempts(tasks, events),
         events=[
             EventOut(

@@ -12,7 +12,7 @@ from corral.scheduling.feasibility import never_fits, with_tpu_hosts
 from corral.schemas.api import JobOut, LogOut
 from corral.schemas.manifest import JobManifest
 from corral.server.context import Context
-from corral.server.db.models import EventRow, JobRow, LogChunkRow, TaskRow
+from corral.server.db.models import EventRow, JobRow, LogChunkRow, NodeRow, TaskRow
 from corral.server.services.converters import job_out, spec_of
 from corral.server.services.notify import notify_jobs
 from corral.server.services.settle import FINAL_TASK_STATES
@@ -96,7 +96,12 @@ class JobService:
                     .order_by(EventRow.id)
                 )
             )
-            return job_out(row, tasks, events)
+            mig_nodes = {t.node for t in tasks if t.mig_slots}
+            devices = {
+                n.name: n.devices
+                for n in session.scalars(select(NodeRow).where(NodeRow.name.in_(mig_nodes)))
+            }
+            return job_out(row, tasks, events, devices)
 
     def cancel(self, job_id: int) -> JobOut:
         """Cancel; running tasks get SIGTERM, then SIGKILL after the grace period."""

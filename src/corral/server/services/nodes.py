@@ -10,7 +10,6 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from corral.core.allocation import mig_instance_name
 from corral.core.job import JobState
 from corral.core.node import NodeState
 from corral.core.tpu import slice_env
@@ -25,7 +24,7 @@ from corral.schemas.agent import (
 from corral.schemas.api import NodeOut
 from corral.server.context import Context
 from corral.server.db.models import JobRow, LogChunkRow, NodeRow, TaskRow
-from corral.server.services.converters import node_of, node_out, spec_of
+from corral.server.services.converters import mig_names, node_of, node_out, spec_of
 from corral.server.services.notify import notify_jobs
 from corral.server.services.settle import FINAL_TASK_STATES, lose_tasks, settle_job
 from corral.server.services.transitions import move_node
@@ -414,11 +413,5 @@ def visible_devices(task: TaskRow, devices: Sequence[Mapping[str, Any]] = ()) ->
     declared) names it ``MIG-<node>-<gpu index>-<slot>``, deterministic.
     """
     if task.mig_slots:
-        uuids = {d["index"]: d.get("mig_uuids") or () for d in devices}
-        return ",".join(
-            uuids[index][slot]
-            if 0 <= slot < len(uuids.get(index, ()))
-            else mig_instance_name(task.node, index, slot)
-            for index, slot in zip(task.gpus, task.mig_slots, strict=True)
-        )
+        return ",".join(mig_names(task, devices))
     return ",".join(str(i) for i in task.gpus)
