@@ -52,8 +52,9 @@ class DevicePick(tuple[int, ...]):
 def mig_instance_name(node: str, index: int, slot: int) -> str:
     """The name a task sees for a MIG instance (in ``CUDA_VISIBLE_DEVICES``).
 
-    Deterministic, for simulated devices: ``MIG-<node>-<gpu index>-<slot>``. Real MIG
-    UUIDs (``MIG-<uuid>``) will come from NVML through the agent later.
+    Deterministic, for simulated and declared devices: ``MIG-<node>-<gpu index>-<slot>``.
+    On real GPUs the control plane uses the ``MIG-<uuid>`` the agent registered instead
+    (``server.services.converters.mig_names``).
     """
     return f"MIG-{node}-{index}-{slot}"
 
