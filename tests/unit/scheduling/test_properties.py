@@ -47,6 +47,11 @@ CONFIGS: dict[str, SchedulerConfig] = {
     "backfill": load_config("policy: {backfill: true}"),
     "fgd": load_config("policy: {sharing: fgd}"),
     "backfill-fgd-spread": load_config("policy: {backfill: true, sharing: fgd, placement: spread}"),
+    # victims are not removed by the harness: nothing may land on what they still hold
+    "preempt-quota-corral": load_config(
+        "queues: [{name: default, quota: {gpus: 12}}]\n"
+        "policy: {backfill: true, preemption: true, sharing: corral}"
+    ),
 }
 _PROFILES: dict[str, Profile] = {}
 
