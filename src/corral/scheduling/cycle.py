@@ -345,8 +345,8 @@ def _order(
     holds now plus that of its decayed past usage (its average share over the decay
     window): both fractions of the cluster, so a queue that held little lately but
     holds much now does not jump ahead, nor the reverse."""
-    if config.policy.order != "fair-share":
-        return sorted(pending, key=profile.queue_sort.sort_key)
+    if config.policy.order != "fair-share" or len({job.queue for job in pending}) < 2:
+        return sorted(pending, key=profile.queue_sort.sort_key)  # one queue: nothing to share
     capacity = Capacity.of(state.nodes)
     past = state.usage.shares(capacity) if state.usage is not None else {}
     now_held: dict[str, Usage] = {}

@@ -24,7 +24,7 @@ from corral.core.node import Node, NodeState
 from corral.errors import ValidationError
 from corral.scheduling.config import QueueConfig, SchedulerConfig
 from corral.scheduling.cycle import ClusterState, Decisions, schedule
-from corral.scheduling.fairshare import UsageLedger
+from corral.scheduling.fairshare import Usage, UsageLedger, held
 from corral.scheduling.feasibility import never_fits, node_shapes, with_tpu_hosts
 from corral.scheduling.framework import NodeRequest, Profile
 from corral.scheduling.plugins.filters import fits_free
@@ -107,6 +107,7 @@ class Simulator:
         self._frag_period = span / FRAGMENTATION_SAMPLES if span > 0 else 0.0
         self._last_frag_at = -math.inf
         self._last_frag = 0.0
+        self._rates: dict[str, Usage] = {}  # what each queue holds now (fair-share ledger)
         start = min((j.submit_time for j in self.workload.jobs), default=0.0)
         self._ledger = UsageLedger.start(start, self.config.policy.fair_share_half_life)
 
@@ -123,7 +124,8 @@ class Simulator:
         total = len(self.workload.jobs)
         while self._events:
             now = self._events[0][0]
-            self._ledger = self._ledger.advance(now, self._allocations())
+            if len(self.config.queues) > 1:  # fair share has something to weigh
+                self._ledger = self._ledger.advance_rates(now, self._rates)
             changed = False
             while self._events and self._events[0][0] == now:
                 _, kind, _, payload = heapq.heappop(self._events)
@@ -199,11 +201,19 @@ class Simulator:
         run.first_start = now if run.first_start is None else run.first_start
         run.placement = tuple(TaskPlace(t.node, t.gpus) for t in alloc.tasks)
         self._allocated += run.gpus
+        self._rate(alloc, +1)
         self._push(now + run.remaining, _Kind.FINISH, (run.core.id, run.core.attempt))
         if run.job.spec.time_limit:
             self._push(
                 now + run.job.spec.time_limit, _Kind.TIME_LIMIT, (run.core.id, run.core.attempt)
             )
+
+    def _rate(self, alloc: Allocation, sign: int) -> None:
+        """Add (or take away) what ``alloc`` holds to its queue's rate of use."""
+        use, now = held(alloc), self._rates.get(alloc.queue, Usage())
+        self._rates[alloc.queue] = Usage(
+            now.gpu + sign * use.gpu, now.cpu + sign * use.cpu, now.memory + sign * use.memory
+        )
 
     def _stop(
         self, run: _Run, now: float, outcome: Outcome | None, why: str | None, lose: bool
@@ -213,6 +223,7 @@ class Simulator:
         self._allocated -= run.gpus
         if run.allocation is not None:
             self._snapshot.release(run.allocation)
+            self._rate(run.allocation, -1)
         progress = 0.0 if run.started is None else now - run.started
         if lose:
             total = run.done + progress
