@@ -61,6 +61,12 @@ class ConnectionFailedError(CorralError):
     code = "unreachable"
 
 
+class TrainError(CorralError):
+    """The training runtime (corral.train) cannot do what was asked: bad environment, no torch."""
+
+    code = "train"
+
+
 ERRORS_BY_CODE: dict[str, type[CorralError]] = {
     cls.code: cls
     for cls in (
@@ -72,5 +78,6 @@ ERRORS_BY_CODE: dict[str, type[CorralError]] = {
         AuthenticationError,
         PermissionDeniedError,
         ConnectionFailedError,
+        TrainError,
     )
 }
