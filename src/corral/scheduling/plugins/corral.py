@@ -37,13 +37,12 @@ from corral.scheduling.framework import NodeRequest
 from corral.scheduling.plugins.devices import NvlinkDeviceSelect
 from corral.scheduling.plugins.fgd import (
     Fragmentation,
+    FragmentationScore,
     Frees,
     RequestClass,
     frees_of,
     share_fits,
     sigmoid_score,
-    spread_score,
-    whole_after,
 )
 from corral.scheduling.snapshot import NodeView
 
@@ -115,8 +114,9 @@ class CorralFragmentation(Fragmentation):
         return result
 
 
-class CorralScore:
-    """Score: ``trunc(100 * sigmoid((F*(n) - F*(n')) / 1000))`` (see the module)."""
+class CorralScore(FragmentationScore):
+    """Score: ``trunc(100 * sigmoid((F*(n) - F*(n')) / 1000))`` (see the module); FGD's
+    score over ``F*``, with a share assumed on the device :func:`best_share` picks."""
 
     name = "corral"
 
@@ -127,44 +127,19 @@ class CorralScore:
         supply: Mapping[str, object] | None = None,
         balance: float = DEFAULT_BALANCE,
     ) -> None:
-        self.weight = weight
+        super().__init__(weight)
         self.fragmentation = CorralFragmentation(mix, supply, balance)
-        self._whole = NvlinkDeviceSelect()
-
-    @property
-    def mix(self) -> tuple[RequestClass, ...]:
-        return self.fragmentation.mix
 
     def arguments(self) -> dict[str, object]:
         """What a device selection needs to choose as this score assumes."""
         frag = self.fragmentation
         return {"mix": frag.mix, "supply": frag.supply, "balance": frag.balance}
 
-    def score(self, request: NodeRequest, node: NodeView) -> float:
-        spread = spread_score(request, node)
-        if spread is not None:
-            return spread
-        best = self.best(request, node)
-        return 0.0 if best is None else best[1]
-
-    def best(self, request: NodeRequest, node: NodeView) -> tuple[int | None, float] | None:
-        """``(device position for a share, score)``; None if nothing fits."""
-        kind, frag = request.gpus.kind, self.fragmentation
-        if kind is GpuKind.MIG or request.gpus.tpu:
-            return None, 50.0
-        before = frag.of(node)
-        if kind is GpuKind.FRACTION:
-            position = best_share(request, node, frag)
-            if position is None:
-                return None
-            return position[0], sigmoid_score(before - position[1])
-        if kind is GpuKind.NONE:
-            after = frag.value(frees_of(node), node.free_cpus - request.cpus)
-            return None, sigmoid_score(before - after)
-        picks = self._whole.select(request, node)
-        if picks is None:
-            return None
-        return None, sigmoid_score(before - frag.value(*whole_after(request, node, picks)))
+    def best_share(
+        self, request: NodeRequest, node: NodeView, before: float
+    ) -> tuple[int | None, float] | None:
+        position = best_share(request, node, self.fragmentation)
+        return None if position is None else (position[0], sigmoid_score(before - position[1]))
 
 
 def best_share(

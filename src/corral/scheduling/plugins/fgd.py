@@ -331,12 +331,7 @@ class FragmentationScore:
             return None, 50.0
         before = frag.of(node)
         if kind is GpuKind.FRACTION:
-            chosen: tuple[int | None, float] | None = None
-            for pos, after in share_outcomes(request, node, frag):
-                score = sigmoid_score(before - after)
-                if chosen is None or score > chosen[1]:
-                    chosen = (pos, score)
-            return chosen
+            return self.best_share(request, node, before)
         if kind is GpuKind.NONE:
             after = frag.value(frees_of(node), node.free_cpus - request.cpus)
             return None, sigmoid_score(before - after)
@@ -344,6 +339,18 @@ class FragmentationScore:
         if picks is None:
             return None
         return None, sigmoid_score(before - frag.value(*whole_after(request, node, picks)))
+
+    def best_share(
+        self, request: NodeRequest, node: NodeView, before: float
+    ) -> tuple[int | None, float] | None:
+        """``(position, score)`` of the device for a share: the lowest index with the
+        best score; None if no device fits."""
+        chosen: tuple[int | None, float] | None = None
+        for pos, after in share_outcomes(request, node, self.fragmentation):
+            score = sigmoid_score(before - after)
+            if chosen is None or score > chosen[1]:
+                chosen = (pos, score)
+        return chosen
 
 
 class FragmentationDeviceSelect:
