@@ -21,14 +21,7 @@ from corral.core.node import Node
 from corral.core.resources import MILLI, GpuKind
 from corral.scheduling.config import SchedulerConfig
 from corral.scheduling.evaluation import NodeEvaluator, evaluator_for
-from corral.scheduling.fairshare import (
-    Capacity,
-    Usage,
-    UsageLedger,
-    dominant_share,
-    fair_order,
-    held,
-)
+from corral.scheduling.fairshare import Capacity, UsageLedger, fair_order, queue_shares
 from corral.scheduling.framework import (
     CycleContext,
     NodeRequest,
@@ -159,7 +152,7 @@ class _Cycle:
             self.placements.append(outcome)
             return False
         if refusal is None and self.freeing:
-            awaited = _awaited(job, request, self.snapshot, self.freeing, self.trial)
+            awaited = _awaited(job, request, self.snapshot, self.freeing, self.place)
             if awaited:
                 for job_id in awaited:
                     del self.freeing[job_id]
@@ -191,10 +184,6 @@ class _Cycle:
         if not isinstance(outcome, Allocation):  # (keeping request and held alive: ids hold)
             self.failed[key] = (request, held, outcome)
         return outcome
-
-    def trial(self, job: Job, request: NodeRequest) -> Allocation | Unschedulable | Unresolvable:
-        held = self.held_for(job)
-        return place_gang(job, request, self.snapshot, self.profile, self.evaluator, held, self.now)
 
     def held_for(self, job: Job) -> dict[str, int]:
         """Reserved nodes are usable only by jobs known to end before the reservation
@@ -253,7 +242,7 @@ class _Cycle:
                 self.state.allocations + tuple(self.placements),
                 tuple(self.reservations),
                 self.now,
-                self.trial,
+                self.place,
                 preempting=self.preempting,
                 quota=self.book,
             )
@@ -340,21 +329,12 @@ def _order(
     pending: Sequence[Job], state: ClusterState, config: SchedulerConfig, profile: Profile
 ) -> list[Job]:
     """The order jobs are tried in: the profile's queue sort, or fair share between queues
-    (priority, then each queue's weighted dominant share, then submission) when
-    ``policy.order`` is ``fair-share``. A queue's share is the dominant share of what it
-    holds now plus that of its decayed past usage (its average share over the decay
-    window): both fractions of the cluster, so a queue that held little lately but
-    holds much now does not jump ahead, nor the reverse."""
+    (priority, then each queue's weighted dominant share, ``queue_shares``, then
+    submission) when ``policy.order`` is ``fair-share``."""
     if config.policy.order != "fair-share" or len({job.queue for job in pending}) < 2:
         return sorted(pending, key=profile.queue_sort.sort_key)  # one queue: nothing to share
     capacity = Capacity.of(state.nodes)
-    past = state.usage.shares(capacity) if state.usage is not None else {}
-    now_held: dict[str, Usage] = {}
-    for alloc in state.allocations:
-        now_held[alloc.queue] = now_held.get(alloc.queue, Usage()) + held(alloc)
-    shares = dict(past)
-    for queue, usage in now_held.items():
-        shares[queue] = shares.get(queue, 0.0) + dominant_share(usage, capacity)
+    shares = queue_shares(state.usage, state.allocations, capacity)
     return fair_order(pending, shares, {q.name: q.weight for q in config.queues}, capacity)
 
 

@@ -210,6 +210,22 @@ class UsageLedger:
         return {q: dominant_share(u, capacity, self.window) for q, u in self.usage}
 
 
+def queue_shares(
+    ledger: UsageLedger | None, allocations: Iterable[Allocation], capacity: Capacity
+) -> dict[str, float]:
+    """Each queue's dominant share, unweighted: of what it holds now (``allocations``)
+    plus of its decayed past usage (``ledger``; its average share over the decay window).
+    Both are fractions of the cluster, so a queue that held little lately but holds much
+    now does not jump ahead, nor the reverse."""
+    shares = ledger.shares(capacity) if ledger is not None else {}
+    now_held: dict[str, Usage] = {}
+    for alloc in allocations:
+        now_held[alloc.queue] = now_held.get(alloc.queue, Usage()) + held(alloc)
+    for queue, usage in now_held.items():
+        shares[queue] = shares.get(queue, 0.0) + dominant_share(usage, capacity)
+    return shares
+
+
 def fair_order(
     jobs: Iterable[Job],
     shares: Mapping[str, float],

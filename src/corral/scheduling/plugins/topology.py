@@ -23,6 +23,7 @@ from corral.core.job import Job, Topology, TopologyLevel, TopologyMode
 from corral.core.node import Node
 from corral.scheduling.evaluation import as_candidates
 from corral.scheduling.framework import NodeRequest, ScoredNode, Status, Unresolvable, Unschedulable
+from corral.scheduling.plugins.gang import TopScoredNodes
 from corral.scheduling.snapshot import NodeView
 
 L = TopologyLevel
@@ -84,11 +85,8 @@ class TopologyNodeSet:
         want = job.spec.nodes
         topology = job.spec.topology or Topology()
         candidates = as_candidates(candidates)
-        if len(candidates) < want:
-            free = len(candidates)
-            return Unschedulable(f"{free} node{'' if free == 1 else 's'} can host it now")
-        if want == 1 or topology.level not in NETWORK_DEPTH:
-            return candidates.best(want)
+        if len(candidates) < want or want == 1 or topology.level not in NETWORK_DEPTH:
+            return TopScoredNodes().select(job, request, candidates)
         required = topology.mode is TopologyMode.REQUIRED
         start = TIGHT_TO_LOOSE.index(topology.level)
         for level in TIGHT_TO_LOOSE[start:] if not required else (topology.level,):

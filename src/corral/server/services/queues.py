@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from sqlalchemy import func, select
 
-from corral.scheduling.fairshare import Capacity, Usage, UsageLedger, dominant_share, held
+from corral.scheduling.fairshare import Capacity, queue_shares
 from corral.scheduling.quota import QuotaBook
 from corral.schemas.api import QueueOut
 from corral.server.context import Context
-from corral.server.db.models import JobRow, QueueUsageRow
-from corral.server.services.scheduler import load_cluster
+from corral.server.db.models import JobRow
+from corral.server.services.scheduler import load_cluster, stored_usage
 
 
 def list_queues(ctx: Context) -> list[QueueOut]:
@@ -26,22 +26,13 @@ def list_queues(ctx: Context) -> list[QueueOut]:
             )
         }
         state = load_cluster(session).state
-        past = {
-            r.queue: Usage(r.gpu, r.cpu, r.memory) for r in session.scalars(select(QueueUsageRow))
-        }
+        _, ledger = stored_usage(session, ctx.config.policy.fair_share_half_life, ctx.clock())
     book = QuotaBook.build(ctx.config, state.allocations, state.nodes)
-    capacity = Capacity.of(state.nodes)
-    window = UsageLedger(0.0, ctx.config.policy.fair_share_half_life).window
-    now_held: dict[str, Usage] = {}
-    for alloc in state.allocations:
-        now_held[alloc.queue] = now_held.get(alloc.queue, Usage()) + held(alloc)
+    shares = queue_shares(ledger, state.allocations, Capacity.of(state.nodes))
     rows = book.rows()
     out = []
     for q in ctx.config.queues:
         mine = [r for r in rows if r.queue == q.name]
-        share = dominant_share(past.get(q.name, Usage()), capacity, window) + dominant_share(
-            now_held.get(q.name, Usage()), capacity
-        )
         out.append(
             QueueOut(
                 name=q.name,
@@ -53,7 +44,7 @@ def list_queues(ctx: Context) -> list[QueueOut]:
                 gpus_used=round(book.usage(q.name).get("gpus", 0.0), 3),
                 borrowed={r.key: round(r.borrowed, 3) for r in mine if r.borrowed},
                 borrowing_limit=dict(q.borrowing_limit),
-                share=round(share / q.weight, 6),
+                share=round(shares.get(q.name, 0.0) / q.weight, 6),
             )
         )
     return out

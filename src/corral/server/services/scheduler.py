@@ -139,6 +139,17 @@ def _preempt(
     return preempted
 
 
+def stored_usage(
+    session: Session, half_life: float, now: float
+) -> tuple[dict[str, QueueUsageRow], UsageLedger]:
+    """The fair-share ledger as the last cycle stored it (empty, as of ``now``, before the
+    first), with its rows by queue."""
+    rows = {r.queue: r for r in session.scalars(select(QueueUsageRow))}
+    at = min((r.at for r in rows.values()), default=now)
+    usage = tuple(sorted((q, Usage(r.gpu, r.cpu, r.memory)) for q, r in rows.items()))
+    return rows, UsageLedger(at, half_life, usage)
+
+
 def advance_usage(
     session: Session, config: SchedulerConfig, allocations: tuple[Allocation, ...], now: float
 ) -> UsageLedger:
@@ -146,10 +157,8 @@ def advance_usage(
     last cycle, stored back (a row per queue, so the time of the last update is kept from
     the first cycle on). Work that ended between two cycles is counted up to the cycle
     before it ended: at most one interval short."""
-    rows = {r.queue: r for r in session.scalars(select(QueueUsageRow))}
-    at = min((r.at for r in rows.values()), default=now)
-    usage = tuple(sorted((q, Usage(r.gpu, r.cpu, r.memory)) for q, r in rows.items()))
-    ledger = UsageLedger(at, config.policy.fair_share_half_life, usage).advance(now, allocations)
+    rows, stored = stored_usage(session, config.policy.fair_share_half_life, now)
+    ledger = stored.advance(now, allocations)
     known = dict(ledger.usage)
     for queue in config.queues:
         known.setdefault(queue.name, Usage())
