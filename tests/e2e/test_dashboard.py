@@ -41,7 +41,7 @@ queues:
   - {name: team-b, quota: {gpus: 8}, cohort: research}
 policy: {preemption: false, interval: 1s}
 """
-TICKER = "import time\nfor i in range(100000):\n    print('step', i, flush=True)\n    time.sleep(0.3)"
+TICKER = "import time\nfor i in range(9999):\n    print('step', i, flush=True)\n    time.sleep(0.3)"
 WAIT_MS = 30_000
 
 

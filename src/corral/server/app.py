@@ -19,8 +19,8 @@ from corral.server.db.engine import make_engine, migrate, session_factory
 from corral.server.errors import install_error_handlers
 from corral.server.loop import ControlLoop
 from corral.server.routers import agent, cluster, jobs
-from corral.server.ui import dashboard_url, mount_dashboard
 from corral.server.services.auth import TokenService
+from corral.server.ui import dashboard_url, mount_dashboard
 
 API_PREFIX = "/api/v1"
 log = logging.getLogger("corral.server")
