@@ -97,6 +97,7 @@ def submit(client: Client, queue: str, name: str, command: str = TICKER) -> int:
             "queue": queue,
             "resources": {"gpus": 8},
             "grace_period": "1s",
+            "time_limit": "10m",  # lets the scheduler estimate when waiting jobs start
             "command": [sys.executable, "-u", "-c", command],
         }
     )
@@ -160,6 +161,7 @@ def test_watch_jobs_land_queues_fill_and_a_preemption_live(
     row = page.locator(f'#pending tr[data-job="{waiting}"]')
     expect(row).to_contain_text("team-b")
     assert row.locator(".reason").inner_text().strip()  # why it waits
+    expect(row.locator(".estimate")).to_contain_text("in ")  # within the running jobs' limits
     page.screenshot(path=shots / "queues.png")
 
     page.click("nav >> text=Jobs")
@@ -197,6 +199,7 @@ def test_watch_jobs_land_queues_fill_and_a_preemption_live(
     expect(gpu_cells(page, waiting)).to_have_count(8)
     client.preempt(second)
     expect(page.locator(f'#feed li[data-id="{second}"][data-to="preempting"]')).to_have_count(1)
+    expect(page.locator(f'#feed li[data-id="{first}"][data-to="cancelled"]')).to_have_count(1)
     wait_for(lambda: client.get(second).attempt == 1, 30, "the preempted job to be requeued")
     expect(gpu_cells(page, second)).to_have_count(8)  # placed again: its GPUs were free
     page.screenshot(path=shots / "map-after-preemption.png")

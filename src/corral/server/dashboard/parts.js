@@ -9,7 +9,7 @@ export function queueColor(name) {
 }
 
 export function jobColor(id) {
-  return colorAt(Number(id) * 5); // neighbouring ids get clearly different colours
+  return colorAt(Number(id)); // the palette alternates hues: neighbouring ids differ clearly
 }
 
 export function totalGpus() {
@@ -68,7 +68,7 @@ export function feedList(events, max = 30) {
   return h("ul", { class: "feed" }, events.slice(0, max).map((e) => h("li", { dataset: { entity: e.entity, id: e.entity_id, to: e.to_state } },
     h("span", { class: "when" }, fmtClock(e.at)),
     h("span", { class: "what" }, entityLink(e), " ",
-      e.from_state ? h("span", { class: `st state-${e.from_state}` }, e.from_state) : "submitted",
+      e.from_state ? h("span", { class: `st state-${e.from_state}` }, e.from_state) : "new",
       " → ", h("span", { class: `st state-${e.to_state}` }, e.to_state)),
     e.reason ? h("span", { class: "why" }, e.reason) : null)));
 }

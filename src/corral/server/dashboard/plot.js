@@ -28,7 +28,7 @@ export function linePlot(series, { title, unit = "", yMax = null, span = 600 } =
   }
   for (let i = 0; i <= 5; i += 1) {
     const t = t0 + (span * i) / 5;
-    const label = i === 5 ? "now" : `-${Math.round((now - t) / 60)}m`;
+    const label = i === 5 ? "now" : ago(now - t);
     grid.push(h("text", { x: x(t), y: H - 6, class: "tick", "text-anchor": i === 0 ? "start" : i === 5 ? "end" : "middle" }, label));
   }
   const lines = drawn.map((s, i) => {
@@ -41,6 +41,12 @@ export function linePlot(series, { title, unit = "", yMax = null, span = 600 } =
     h("i", { style: { background: s.color || colorAt(i) } }), s.name)));
   return h("figure", { class: "chart" }, title ? h("figcaption", {}, title) : null,
     drawn.length ? svg : h("div", { class: "empty" }, "no samples yet"), drawn.length > 1 ? legend : null);
+}
+
+function ago(seconds) {
+  if (seconds >= 3600) return `-${(seconds / 3600).toFixed(1)}h`;
+  if (seconds >= 120) return `-${Math.round(seconds / 60)}m`;
+  return `-${Math.round(seconds)}s`;
 }
 
 function niceMax(value) {

@@ -56,42 +56,72 @@ async function load() {
     ]);
     const jobs = new Map();
     for (const job of [...recent.jobs, ...active.jobs]) jobs.set(job.id, job);
-    if (state.loaded && state.features.events !== true) deriveFeed(jobs, nodes.nodes);
+    const derive = state.loaded && state.features.events !== true;
+    const changed = changedJobs(jobs).filter(() => derive);
+    if (derive) nodeFeed(nodes.nodes);
     state.nodes = nodes.nodes;
     state.queues = queues.queues;
     state.jobs = jobs;
     state.loaded = true;
     state.live.error = null;
     state.live.updated = Date.now() / 1000;
+    if (changed.length) await feedFromJobs(changed);
   } catch (err) {
     state.live.error = err.message;
   }
   emit("data");
 }
 
-/** Without the events stream: the feed from state changes seen between two polls. */
-function deriveFeed(jobs, nodes) {
-  const at = Date.now() / 1000;
+// The feed shows what happened since the page opened (with a margin for clock skew).
+const opened = Date.now() / 1000 - 30;
+const fed = new Set();
+
+const polled = new Map(); // job id -> "state/attempt" as the last poll saw it
+
+/** Jobs whose state or attempt differs from the last poll, or new ones (most recent 20). */
+function changedJobs(jobs) {
+  const ids = [];
   for (const [id, job] of jobs) {
-    const before = state.jobs.get(id);
-    if (before && before.state === job.state && before.attempt === job.attempt) continue;
-    if (!before && job.submitted_at < state.live.updated - 5) continue; // old, just listed
-    pushFeed({
-      at, entity: "job", entity_id: String(id), attempt: job.attempt,
-      from_state: before ? before.state : "", to_state: job.state,
-      reason: job.reason || "",
-    });
+    const now = `${job.state}/${job.attempt}`;
+    const before = polled.get(id);
+    polled.set(id, now);
+    if (before === undefined ? job.submitted_at >= opened : before !== now) ids.push(id);
   }
+  return ids.sort((a, b) => b - a).slice(0, 20);
+}
+
+/**
+ * Without the events stream: the feed from the jobs' own recorded transitions (fetched for
+ * the jobs that changed between two polls), so that short states such as "preempting"
+ * show even when they began and ended between two polls.
+ */
+async function feedFromJobs(ids) {
+  const details = await Promise.all(ids.map((id) => api.get(`/jobs/${id}`).catch(() => null)));
+  for (const job of details) {
+    if (!job) continue;
+    state.jobs.set(job.id, job);
+    for (const e of job.events) {
+      const key = `job/${job.id}/${e.at}/${e.to_state}`;
+      if (e.at < opened || e.from_state === e.to_state || fed.has(key)) continue;
+      fed.add(key);
+      pushFeed({ ...e, entity: "job", entity_id: String(job.id) });
+    }
+  }
+}
+
+function nodeFeed(nodes) {
+  const at = Date.now() / 1000;
   const old = new Map(state.nodes.map((n) => [n.name, n.state]));
   for (const node of nodes) {
     const was = old.get(node.name);
-    if (was === node.state) continue;
-    pushFeed({ at, entity: "node", entity_id: node.name, attempt: 0, from_state: was || "", to_state: node.state, reason: node.reason || "" });
+    if (was === undefined || was === node.state) continue;
+    pushFeed({ at, entity: "node", entity_id: node.name, attempt: 0, from_state: was, to_state: node.state, reason: node.reason || "" });
   }
 }
 
 function pushFeed(event) {
-  state.feed.unshift(event);
+  state.feed.push(event);
+  state.feed.sort((a, b) => b.at - a.at);
   if (state.feed.length > FEED_MAX) state.feed.length = FEED_MAX;
 }
 
