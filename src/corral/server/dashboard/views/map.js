@@ -47,11 +47,21 @@ export function mount(root) {
       stat("running", running, "running"),
       stat("pending", pending, "pending"),
       util === null ? null : stat("util", `${Math.round(util)}%`, "GPU util"));
+    // Rebuild the cells only when what they show changed (keeps hover tooltips steady).
+    const key = JSON.stringify([colorBy, nodes.map((n) => [n.name, n.state, n.devices.map((d) => [d.used_by, d.share_used])]),
+      [...state.jobs.values()].filter((j) => j.state === "running" || j.state === "preempting").map((j) => [j.id, j.state, j.idle]),
+      state.queues.map((q) => q.name), nodes.map((n) => [...latestSamples(n.name).values()].map((x) => Math.round(x.utilization)))]);
+    if (key !== groups.dataset.key) groups.dataset.key = key;
+    else return renderSide();
     fill(groups, nodes.length ? groupNodes(nodes).map(([name, members]) => h("div", { class: "switch", dataset: { switch: name } },
       h("div", { class: "switch-name" }, h("span", { class: "muted" }, "switch "), name),
       h("div", { class: "nodes" }, members.map((n) => nodeCard(n, colorBy)))))
       : h("p", { class: "muted" }, "No nodes registered yet: start agents with `corral agent` or `corral up`."));
     fill(legend, legendItems(colorBy));
+    renderSide();
+  }
+
+  function renderSide() {
     fill(queues, state.queues.map((q) => queueBar(q, { compact: true })));
     fill(feed, feedList(state.feed, 25));
   }
