@@ -131,6 +131,16 @@ def test_login_form_refuses_a_bad_token_and_the_link_logs_in(
     page.click("#logout")
     expect(page.locator("#login")).to_be_visible()
 
+    # A user's own token works the same way; revoking it signs the page out.
+    admin = dash_cluster.client()
+    created = admin.create_token("alice")
+    page.fill("#token", created.token)
+    page.click("#login button[type=submit]")
+    expect(page.locator(".gpu")).to_have_count(16)
+    admin.revoke_token(created.id)
+    expect(page.locator("#login-error")).to_contain_text("Signed out")
+    assert page.evaluate("sessionStorage.getItem('corral.token')") is None
+
 
 def test_watch_jobs_land_queues_fill_and_a_preemption_live(
     dash_cluster: LocalCluster, page: object, shots: Path
