@@ -53,8 +53,15 @@ def pid_alive(pid: int) -> bool:
 class LocalCluster:
     """A ``corral server`` and ``corral agent`` processes sharing one ``CORRAL_HOME``."""
 
-    def __init__(self, home: Path, node_timeout: float = 30.0, sync_interval: float = 0.5) -> None:
+    def __init__(
+        self,
+        home: Path,
+        node_timeout: float = 30.0,
+        sync_interval: float = 0.5,
+        config: str | None = None,
+    ) -> None:
         self.home = home
+        self.config = config  # scheduler.yaml text
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.db = f"sqlite:///{home / 'corral.db'}"
@@ -78,20 +85,22 @@ class LocalCluster:
             )
 
     def start_server(self) -> None:
-        self.server = self._spawn(
-            [
-                "server",
-                "--db",
-                self.db,
-                "--port",
-                str(self.port),
-                "--node-timeout",
-                str(self.node_timeout),
-                "--sync-interval",
-                str(self.sync_interval),
-            ],
-            "server.log",
-        )
+        args = [
+            "server",
+            "--db",
+            self.db,
+            "--port",
+            str(self.port),
+            "--node-timeout",
+            str(self.node_timeout),
+            "--sync-interval",
+            str(self.sync_interval),
+        ]
+        if self.config is not None:
+            path = self.home / "scheduler.yaml"
+            path.write_text(self.config)
+            args += ["--config", str(path)]
+        self.server = self._spawn(args, "server.log")
         wait_for(self._healthy, 30, "the server to answer /health")
 
     def _healthy(self) -> bool:
@@ -109,9 +118,10 @@ class LocalCluster:
         self.server.send_signal(signal.SIGKILL)
         self.server.wait()
 
-    def start_agent(self, name: str, simulate: str = "8xH100") -> None:
+    def start_agent(self, name: str, simulate: str = "8xH100", *extra: str) -> None:
+        """Start ``corral agent`` for ``name``; ``extra`` are more agent options."""
         self.agents[name] = self._spawn(
-            ["agent", "--server", self.url, "--name", name, "--simulate", simulate],
+            ["agent", "--server", self.url, "--name", name, "--simulate", simulate, *extra],
             f"agent-{name}.log",
         )
 

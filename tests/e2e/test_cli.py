@@ -36,6 +36,8 @@ def test_up_submit_jobs_show_logs_down(tmp_path: Path) -> None:
         assert up.returncode == 0, up.stderr + up.stdout
         assert f"http://127.0.0.1:{port}" in up.stdout
         assert "corral submit" in up.stdout
+        token = (home / "token").read_text().strip()  # the dashboard's login link
+        assert f"Dashboard http://127.0.0.1:{port}/ui/#token={token}\n" in up.stdout
 
         again = run(["up", "--nodes", "1", "--detach"], env)
         assert again.returncode == 1 and "already running" in again.stderr

@@ -13,7 +13,13 @@ import typer
 
 from corral.cli.common import Output, OutputOpt, ServerOpt, TokenOpt, client, console, print_json
 from corral.cli.render import nodes_table, queues_table
-from corral.client.config import DEFAULT_PORT, corral_home, resolve_join_token, resolve_servers
+from corral.client.config import (
+    DEFAULT_PORT,
+    TOKEN_FILE,
+    corral_home,
+    resolve_join_token,
+    resolve_servers,
+)
 from corral.errors import ValidationError
 
 app = typer.Typer()
@@ -45,6 +51,7 @@ def up(
     """An embedded cluster on this host: the control plane plus one agent per node."""
     from corral.agent.discovery import discover, nvml_available
     from corral.embedded.cluster import EmbeddedCluster, pick_port, plan_nodes
+    from corral.server.ui import dashboard_url
 
     home = corral_home()
     home.mkdir(parents=True, exist_ok=True)
@@ -64,8 +71,15 @@ def up(
         f"[bold green]Corral is up[/]: {len(launches)} node(s), {gpus} GPU(s) ({models}, {kind})"
         + tpus
     )
-    console.print(f"  API      {state.server_url}/api/v1   (docs: {state.server_url}/api/v1/docs)")
-    console.print(f"  Home     {home}   (token, database, logs)")
+    console.print(f"  API       {state.server_url}/api/v1   (docs: {state.server_url}/api/v1/docs)")
+    token = (home / TOKEN_FILE).read_text().strip()  # the admin token the server made
+    console.print(
+        f"  Dashboard {dashboard_url(state.server_url, token)}",
+        markup=False,
+        soft_wrap=True,
+        highlight=False,
+    )
+    console.print(f"  Home      {home}   (token, database, logs)")
     console.print("Submit a job:")
     per_node = launches[0].gpus if launches else 0
     console.print(

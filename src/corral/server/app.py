@@ -20,6 +20,7 @@ from corral.server.errors import install_error_handlers
 from corral.server.loop import ControlLoop
 from corral.server.routers import agent, cluster, jobs
 from corral.server.services.auth import TokenService
+from corral.server.ui import dashboard_url, mount_dashboard
 
 API_PREFIX = "/api/v1"
 log = logging.getLogger("corral.server")
@@ -68,6 +69,7 @@ def create_app(ctx: Context, run_loop: bool = True) -> FastAPI:
     install_error_handlers(app)
     for module in (jobs, cluster, agent):
         app.include_router(module.router, prefix=API_PREFIX)
+    mount_dashboard(app)
     return app
 
 
@@ -81,6 +83,7 @@ def serve(settings: ServerSettings) -> None:
     if policy.preemption:
         log.warning("policy.preemption is not implemented in this release; nothing is preempted")
     app = create_app(ctx)
+    log.info("dashboard at %s", dashboard_url(f"http://{settings.host}:{settings.port}"))
     config = uvicorn.Config(
         app,
         host=settings.host,

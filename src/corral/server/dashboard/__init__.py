@@ -1,0 +1,1 @@
+"""The web dashboard: static assets (index.html, app.js, style.css) served at ``/ui/``."""
