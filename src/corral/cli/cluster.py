@@ -217,6 +217,7 @@ def agent(
         home=home / "agents" / node_name,
         checkpoint_root=checkpoint_root or home / "checkpoints",
         read_gpu_health=node_file is None and simulate is None,
+        simulated=node_file is not None or simulate is not None,
     )
     worker = Agent(settings)
     signal.signal(signal.SIGTERM, lambda *_: worker.stop())

@@ -18,8 +18,9 @@ from corral.server.context import Context, ServerSettings
 from corral.server.db.engine import make_engine, migrate, session_factory
 from corral.server.errors import install_error_handlers
 from corral.server.loop import ControlLoop
-from corral.server.routers import agent, cluster, jobs
+from corral.server.routers import agent, cluster, events, jobs, monitoring
 from corral.server.services.auth import TokenService
+from corral.server.telemetry import TelemetryStore
 
 API_PREFIX = "/api/v1"
 log = logging.getLogger("corral.server")
@@ -36,6 +37,7 @@ def build_context(settings: ServerSettings) -> Context:
         config=config,
         profile=build_profile(config),
         settings=settings,
+        telemetry=TelemetryStore(settings.telemetry_max_age, settings.telemetry_max_samples),
     )
     TokenService(ctx).bootstrap()
     return ctx
@@ -66,8 +68,10 @@ def create_app(ctx: Context, run_loop: bool = True) -> FastAPI:
     )
     app.state.ctx = ctx
     install_error_handlers(app)
-    for module in (jobs, cluster, agent):
+    for module in (jobs, cluster, agent, monitoring, events):
         app.include_router(module.router, prefix=API_PREFIX)
+    ctx.metrics.bind(ctx)
+    app.include_router(monitoring.metrics_router)
     return app
 
 
