@@ -53,8 +53,16 @@ def pid_alive(pid: int) -> bool:
 class LocalCluster:
     """A ``corral server`` and ``corral agent`` processes sharing one ``CORRAL_HOME``."""
 
-    def __init__(self, home: Path, node_timeout: float = 30.0, sync_interval: float = 0.5) -> None:
+    def __init__(
+        self,
+        home: Path,
+        node_timeout: float = 30.0,
+        sync_interval: float = 0.5,
+        config: str | None = None,
+    ) -> None:
+        """``config``: the text of a scheduler.yaml for the server (none: the defaults)."""
         self.home = home
+        self.config = config
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.db = f"sqlite:///{home / 'corral.db'}"
@@ -89,10 +97,18 @@ class LocalCluster:
                 str(self.node_timeout),
                 "--sync-interval",
                 str(self.sync_interval),
+                *self._config_args(),
             ],
             "server.log",
         )
         wait_for(self._healthy, 30, "the server to answer /health")
+
+    def _config_args(self) -> list[str]:
+        if self.config is None:
+            return []
+        path = self.home / "scheduler.yaml"
+        path.write_text(self.config)
+        return ["--config", str(path)]
 
     def _healthy(self) -> bool:
         assert self.server is not None
