@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -19,7 +19,7 @@ NOW = 1_800_000_000.0
         ("90m", NOW - 5400),
         ("7d", NOW - 7 * 86400),
         ("1700000000", 1_700_000_000.0),
-        ("2026-11-30T08:00:00+00:00", datetime(2026, 11, 30, 8, tzinfo=timezone.utc).timestamp()),
+        ("2026-11-30T08:00:00+00:00", datetime(2026, 11, 30, 8, tzinfo=UTC).timestamp()),
         ("2026-11-30", datetime(2026, 11, 30).timestamp()),  # local midnight
     ],
 )

@@ -118,13 +118,14 @@ def _check_errors(
         move_node(session, node, NodeState.DRAINING, reason, now)
     else:
         node.reason = reason
+    why = f"GPU errors on {node.name} ({'; '.join(problems)})"
     by_job: dict[int, list[TaskRow]] = defaultdict(list)
     for task in tasks:
         by_job[task.job_id].append(task)
     for job_id, lost in by_job.items():
         job = session.get(JobRow, job_id)
         if job is not None:
-            lose_tasks(session, job, lost, f"GPU errors on {node.name}", now, release=False)
+            lose_tasks(session, job, lost, why, now, release=False)
     return IngestOutcome(drained=True, jobs=set(by_job))
 
 

@@ -150,8 +150,8 @@ def _row(name: str, t: _Tally, jobs: dict[int, JobRow], by: str) -> UsageRow:
     return UsageRow(
         key=name,
         jobs=len(t.jobs),
-        gpu_hours_allocated=round(t.allocated / 3600, 6),
-        gpu_hours_used=round(t.used / 3600, 6),
+        gpu_hours_allocated=t.allocated / 3600,
+        gpu_hours_used=t.used / 3600,
         avg_wait=round(sum(t.waits) / len(t.waits), 3) if t.waits else None,
         max_wait=round(max(t.waits), 3) if t.waits else None,
         preemptions=t.preemptions,
