@@ -3,8 +3,11 @@ against the real server, driven by a node that speaks the agent protocol by hand
 
 from __future__ import annotations
 
+import json
+import re
 import threading
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -13,6 +16,17 @@ from corral.errors import NotFoundError
 from tests.e2e.cluster import wait_for
 from tests.integration.conftest import Server
 from tests.integration.protocol import FakeHardwareAgent, reading, report
+
+DASHBOARD = Path(__file__).parents[2] / "docs" / "grafana-dashboard.json"
+
+
+def dashboard_metrics() -> set[str]:
+    """The metric names the shipped Grafana dashboard queries."""
+    panels = json.loads(DASHBOARD.read_text())["panels"]
+    exprs = [t["expr"] for p in panels for t in p.get("targets") or ()]
+    names = {n for e in exprs for n in re.findall(r"corral_[a-z_]+", e)}
+    assert len(names) >= 12
+    return names
 
 
 def placed(server: Server, job_id: int, attempt: int = 0) -> None:
@@ -68,6 +82,8 @@ def test_telemetry_metrics_and_usage(server: Server) -> None:
     ):
         assert line in text, line
     assert "corral_scheduling_cycle_duration_seconds_bucket" in text
+    for name in dashboard_metrics():
+        assert f"\n{name}" in text, f"the Grafana dashboard uses {name}, which /metrics lacks"
     assert httpx.get(f"{server.url}/metrics").status_code == 401
 
     ended = [report(job.id, 0, "exited", exit_code=0, started_at=t0, ended_at=t0 + 3600)]
