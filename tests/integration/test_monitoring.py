@@ -37,6 +37,7 @@ def placed(server: Server, job_id: int, attempt: int = 0) -> None:
     wait_for(running, 10, f"job {job_id} attempt {attempt} placed")
 
 
+@pytest.mark.server_options(telemetry_resolution=0)
 def test_telemetry_metrics_and_usage(server: Server) -> None:
     node = FakeHardwareAgent(server, "node-a", gpus=4)
     client = server.client()

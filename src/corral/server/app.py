@@ -37,7 +37,11 @@ def build_context(settings: ServerSettings) -> Context:
         config=config,
         profile=build_profile(config),
         settings=settings,
-        telemetry=TelemetryStore(settings.telemetry_max_age, settings.telemetry_max_samples),
+        telemetry=TelemetryStore(
+            settings.telemetry_max_age,
+            settings.telemetry_max_samples,
+            settings.telemetry_resolution,
+        ),
     )
     TokenService(ctx).bootstrap()
     return ctx

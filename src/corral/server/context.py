@@ -14,7 +14,12 @@ from corral.scheduling.config import SchedulerConfig
 from corral.scheduling.framework import Profile
 from corral.server.metrics import ServerMetrics
 from corral.server.services.catalog import NodeCatalog
-from corral.server.telemetry import DEFAULT_MAX_AGE, DEFAULT_MAX_SAMPLES, TelemetryStore
+from corral.server.telemetry import (
+    DEFAULT_MAX_AGE,
+    DEFAULT_MAX_SAMPLES,
+    DEFAULT_RESOLUTION,
+    TelemetryStore,
+)
 from corral.server.watch import NodeWatch
 
 
@@ -30,6 +35,7 @@ class ServerSettings:
     log_chunk_limit: int = 1 << 20  # bytes per log response
     telemetry_max_age: float = DEFAULT_MAX_AGE  # seconds of GPU telemetry kept per GPU
     telemetry_max_samples: int = DEFAULT_MAX_SAMPLES  # samples kept per GPU
+    telemetry_resolution: float = DEFAULT_RESOLUTION  # seconds between samples kept
     sse_keepalive: float = 15.0  # seconds between keep-alive comments on event streams
 
 

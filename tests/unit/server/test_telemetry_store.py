@@ -13,18 +13,27 @@ def _reading(index: int, util: float) -> GpuTelemetry:
 
 
 def test_rings_are_bounded_by_age_and_count() -> None:
-    store = TelemetryStore(max_age=10, max_samples=5)
+    store = TelemetryStore(max_age=10, max_samples=5, resolution=0)
     for t in range(20):
         store.add("n1", float(t), [_reading(0, t)], {})
     assert [s.at for s in store.node_samples("n1")] == [15.0, 16.0, 17.0, 18.0, 19.0]
-    aged = TelemetryStore(max_age=10, max_samples=100)
+    aged = TelemetryStore(max_age=10, max_samples=100, resolution=0)
     for t in (0, 5, 11, 16):
         aged.add("n1", float(t), [_reading(0, 1)], {})
     assert [s.at for s in aged.node_samples("n1")] == [11.0, 16.0]  # 0 and 5 are too old
 
 
+def test_samples_are_kept_a_resolution_apart_with_the_newest_current() -> None:
+    store = TelemetryStore(max_age=100, max_samples=100, resolution=10)
+    for t in range(0, 31, 2):
+        store.add("n1", float(t), [_reading(0, t)], {})
+    kept = [s.at for s in store.node_samples("n1", since=-1)]
+    assert kept == [0.0, 10.0, 20.0, 30.0]
+    assert store.latest("n1", 0).utilization == 30  # type: ignore[union-attr]
+
+
 def test_samples_by_node_job_and_time() -> None:
-    store = TelemetryStore()
+    store = TelemetryStore(resolution=0)
     store.add("n1", 1.0, [_reading(0, 80), _reading(1, 0)], {0: (7,)})
     store.add("n2", 1.5, [_reading(0, 50)], {0: (7, 9)})  # a shared GPU
     store.add("n1", 2.0, [_reading(0, 90), _reading(1, 0)], {0: (7,)})
