@@ -65,16 +65,15 @@ class _ClusterCollector:
 
     def collect(self) -> Iterator[Metric]:
         from corral.server.services.nodes import NodeService
-        from corral.server.services.queues import list_queues
 
-        yield from self._jobs(list_queues(self.ctx))
+        yield from self._jobs()
         nodes = NodeService(self.ctx).list()
         yield from self._nodes(nodes)
         yield from self._gpus(nodes)
         yield from self._telemetry({n.name: n for n in nodes})
         yield from self._events()
 
-    def _jobs(self, queues: list) -> Iterator[Metric]:
+    def _jobs(self) -> Iterator[Metric]:
         pending = GaugeMetricFamily("corral_jobs_pending", "Pending jobs.", labels=["queue"])
         running = GaugeMetricFamily(
             "corral_jobs_running", "Running (or preempting) jobs.", labels=["queue"]
@@ -82,18 +81,21 @@ class _ClusterCollector:
         idle = GaugeMetricFamily(
             "corral_jobs_idle", "Running jobs flagged idle (GPUs near 0%).", labels=["queue"]
         )
+        counts: dict[str, list[int]] = {q.name: [0, 0, 0] for q in self.ctx.config.queues}
         with self.ctx.sessions() as session:
-            flagged = dict(
-                session.execute(
-                    select(JobRow.queue, func.count())
-                    .where(JobRow.state == "running", JobRow.idle.is_(True))
-                    .group_by(JobRow.queue)
-                ).all()
+            rows = session.execute(
+                select(JobRow.queue, JobRow.state, JobRow.idle, func.count())
+                .where(JobRow.state.in_(("pending", "running", "preempting")))
+                .group_by(JobRow.queue, JobRow.state, JobRow.idle)
             )
-        for q in queues:
-            pending.add_metric([q.name], q.pending)
-            running.add_metric([q.name], q.running)
-            idle.add_metric([q.name], flagged.get(q.name, 0))
+            for queue, state, flagged, n in rows:
+                row = counts.setdefault(queue, [0, 0, 0])
+                row[0 if state == "pending" else 1] += n
+                row[2] += n if flagged and state == "running" else 0
+        for queue, (waiting, active, flagged) in sorted(counts.items()):
+            pending.add_metric([queue], waiting)
+            running.add_metric([queue], active)
+            idle.add_metric([queue], flagged)
         yield from (pending, running, idle)
 
     def _nodes(self, nodes: list) -> Iterator[Metric]:

@@ -27,6 +27,11 @@ DEFAULT_MAX_SAMPLES = 362  # an hour at 10 s, and the newest
 DEFAULT_RESOLUTION = 10.0
 
 Key = tuple[str, int]  # node, GPU index
+# A kept reading: at, utilization, memory used, memory total, temperature, power, ECC and
+# Xid counts, ids of the jobs holding the GPU. A plain tuple of scalars, which the garbage
+# collector stops tracking: a million kept samples then cost no collection pauses.
+Row = tuple[float, float, int, int, float | None, float | None, int, int, tuple[int, ...]]
+AT, JOBS = 0, 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +47,10 @@ class Sample:
     ecc_errors: int
     xid_errors: int
     job_ids: tuple[int, ...]  # the jobs holding the GPU when it was read
+
+    @classmethod
+    def of(cls, key: Key, row: Row) -> Sample:
+        return cls(row[AT], key[0], key[1], *row[1:])
 
     def out(self) -> TelemetrySample:
         return TelemetrySample(
@@ -72,7 +81,7 @@ class TelemetryStore:
         self.max_age = max_age
         self.max_samples = max_samples
         self.resolution = resolution
-        self._rings: dict[Key, deque[Sample]] = {}
+        self._rings: dict[Key, deque[Row]] = {}
         self._by_job: defaultdict[int, set[Key]] = defaultdict(set)  # rings a job was in
         self._lock = threading.Lock()
 
@@ -88,43 +97,46 @@ class TelemetryStore:
             for r in readings:
                 key = (node, r.index)
                 ring = self._rings.setdefault(key, deque(maxlen=self.max_samples))
-                sample = Sample(
-                    at=at,
-                    node=node,
-                    gpu=r.index,
-                    utilization=r.utilization,
-                    memory_used=r.memory_used,
-                    memory_total=r.memory_total,
-                    temperature=r.temperature,
-                    power=r.power,
-                    ecc_errors=r.ecc_errors,
-                    xid_errors=r.xid_errors,
-                    job_ids=holders.get(r.index, ()),
+                jobs = tuple(holders.get(r.index, ()))
+                row: Row = (
+                    at,
+                    r.utilization,
+                    r.memory_used,
+                    r.memory_total,
+                    r.temperature,
+                    r.power,
+                    r.ecc_errors,
+                    r.xid_errors,
+                    jobs,
                 )
-                if len(ring) >= 2 and ring[-1].at - ring[-2].at < self.resolution:
-                    ring[-1] = sample
+                if len(ring) >= 2 and ring[-1][AT] - ring[-2][AT] < self.resolution:
+                    ring[-1] = row
                 else:
-                    ring.append(sample)
-                while ring[0].at < at - self.max_age:
+                    ring.append(row)
+                while ring[0][AT] < at - self.max_age:
                     ring.popleft()
-                for job_id in sample.job_ids:
+                for job_id in jobs:
                     self._by_job[job_id].add(key)
 
     def latest(self, node: str, gpu: int) -> Sample | None:
         with self._lock:
             ring = self._rings.get((node, gpu))
-            return ring[-1] if ring else None
+            return Sample.of((node, gpu), ring[-1]) if ring else None
 
     def latest_all(self) -> list[Sample]:
         """The newest sample of every GPU ever reported (in node, index order)."""
         with self._lock:
-            return [ring[-1] for _, ring in sorted(self._rings.items()) if ring]
+            return [Sample.of(key, ring[-1]) for key, ring in sorted(self._rings.items()) if ring]
 
     def node_samples(self, node: str, since: float = 0.0) -> list[Sample]:
         """Samples of ``node`` taken after ``since``, by time then GPU."""
         with self._lock:
-            rings = [ring for (name, _), ring in self._rings.items() if name == node]
-            found = [s for ring in rings for s in _after(ring, since)]
+            found = [
+                Sample.of(key, row)
+                for key, ring in self._rings.items()
+                if key[0] == node
+                for row in _after(ring, since)
+            ]
         return sorted(found, key=lambda s: (s.at, s.gpu))
 
     def job_samples(self, job_id: int, since: float = 0.0) -> list[Sample]:
@@ -134,17 +146,17 @@ class TelemetryStore:
             found = []
             for key in list(keys):
                 ring = self._rings.get(key, ())
-                if not any(job_id in s.job_ids for s in ring):
+                if not any(job_id in row[JOBS] for row in ring):
                     keys.discard(key)  # aged out of that ring
                     continue
-                found += [s for s in _after(ring, since) if job_id in s.job_ids]
+                found += [Sample.of(key, r) for r in _after(ring, since) if job_id in r[JOBS]]
             if not keys:
                 self._by_job.pop(job_id, None)
         return sorted(found, key=lambda s: (s.at, s.node, s.gpu))
 
 
-def _after(ring: deque[Sample], since: float) -> list[Sample]:
-    """The samples of ``ring`` taken after ``since``, oldest first (read from the end)."""
-    found = list(itertools.takewhile(lambda s: s.at > since, reversed(ring)))
+def _after(ring: deque[Row], since: float) -> list[Row]:
+    """The rows of ``ring`` taken after ``since``, oldest first (read from the end)."""
+    found = list(itertools.takewhile(lambda row: row[AT] > since, reversed(ring)))
     found.reverse()
     return found
