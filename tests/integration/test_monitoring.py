@@ -59,6 +59,10 @@ def test_telemetry_metrics_and_usage(server: Server) -> None:
     }
     assert (latest[0].memory_total, latest[0].temperature, latest[0].power) == (80e9, 50.0, 300.0)
     assert client.node_telemetry("node-a", since=samples[-1].at) == []
+    devices = client.nodes()[0].devices  # the latest reading of each GPU, for a cluster map
+    assert [(d.utilization, d.memory_used) for d in devices] == [
+        (80.0 if i in held else 0.0, 10 * 10**9) for i in range(4)
+    ]
     of_job = client.job_telemetry(job.id)
     assert len(of_job) == 4 and {s.gpu for s in of_job} == set(held)
     with pytest.raises(NotFoundError):

@@ -111,6 +111,10 @@ class DeviceOut(BaseModel):
     used_by: list[int] = Field(default_factory=list)  # job ids
     share_used: float = 0.0
     kind: str = "gpu"  # or "tpu": a TPU chip (model: its generation)
+    # the latest telemetry reading of the GPU (None: none within the node timeout)
+    utilization: float | None = None
+    memory_used: int | None = None
+    temperature: float | None = None
 
 
 class NodeOut(BaseModel):

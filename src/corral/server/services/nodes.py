@@ -219,7 +219,7 @@ class NodeService:
             for task in session.scalars(select(TaskRow).where(TaskRow.released.is_(False))):
                 held[task.node].append(task)
             rows = session.scalars(select(NodeRow).order_by(NodeRow.name))
-            return [node_out(row, held.get(row.name, [])) for row in rows]
+            return [self._readings(node_out(row, held.get(row.name, []))) for row in rows]
 
     def get(self, name: str) -> NodeOut:
         with self.ctx.sessions() as session:
@@ -227,7 +227,18 @@ class NodeService:
             held = session.scalars(
                 select(TaskRow).where(TaskRow.node == name, TaskRow.released.is_(False))
             )
-            return node_out(row, list(held))
+            return self._readings(node_out(row, list(held)))
+
+    def _readings(self, node: NodeOut) -> NodeOut:
+        """``node`` with each GPU's latest telemetry reading, if recent."""
+        fresh_after = self.ctx.clock() - self.ctx.settings.node_timeout
+        for device in node.devices:
+            sample = self.ctx.telemetry.latest(node.name, device.index)
+            if sample is not None and sample.at >= fresh_after and device.kind == "gpu":
+                device.utilization = sample.utilization
+                device.memory_used = sample.memory_used
+                device.temperature = sample.temperature
+        return node
 
     def check_liveness(self) -> list[str]:
         """Mark nodes lost that have not synced within the timeout; returns their names.
