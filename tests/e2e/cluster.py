@@ -60,8 +60,9 @@ class LocalCluster:
         sync_interval: float = 0.5,
         config: str | None = None,
     ) -> None:
+        """``config``: the text of a scheduler.yaml for the server (none: the defaults)."""
         self.home = home
-        self.config = config  # scheduler.yaml text
+        self.config = config
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.db = f"sqlite:///{home / 'corral.db'}"
@@ -85,23 +86,29 @@ class LocalCluster:
             )
 
     def start_server(self) -> None:
-        args = [
-            "server",
-            "--db",
-            self.db,
-            "--port",
-            str(self.port),
-            "--node-timeout",
-            str(self.node_timeout),
-            "--sync-interval",
-            str(self.sync_interval),
-        ]
-        if self.config is not None:
-            path = self.home / "scheduler.yaml"
-            path.write_text(self.config)
-            args += ["--config", str(path)]
-        self.server = self._spawn(args, "server.log")
+        self.server = self._spawn(
+            [
+                "server",
+                "--db",
+                self.db,
+                "--port",
+                str(self.port),
+                "--node-timeout",
+                str(self.node_timeout),
+                "--sync-interval",
+                str(self.sync_interval),
+                *self._config_args(),
+            ],
+            "server.log",
+        )
         wait_for(self._healthy, 30, "the server to answer /health")
+
+    def _config_args(self) -> list[str]:
+        if self.config is None:
+            return []
+        path = self.home / "scheduler.yaml"
+        path.write_text(self.config)
+        return ["--config", str(path)]
 
     def _healthy(self) -> bool:
         assert self.server is not None

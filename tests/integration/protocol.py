@@ -53,18 +53,22 @@ class FakeHardwareAgent:
         self.http = self.server.http(answer.json()["node_token"])
 
     def sync(
-        self, tasks: list[dict[str, Any]] | None = None, logs: list[dict[str, Any]] | None = None
+        self,
+        tasks: list[dict[str, Any]] | None = None,
+        logs: list[dict[str, Any]] | None = None,
+        gpus: list[dict[str, Any]] | None = None,
     ) -> dict[str, Any]:
-        answer = self.http.post(
-            "/agent/sync",
-            json={
-                "node": self.name,
-                "agent_id": self.agent_id,
-                "tasks": tasks or [],
-                "logs": logs or [],
-                "free_ports": [40001],
-            },
-        )
+        """One sync; ``gpus``: telemetry readings (``GpuTelemetry``), if any."""
+        body: dict[str, Any] = {
+            "node": self.name,
+            "agent_id": self.agent_id,
+            "tasks": tasks or [],
+            "logs": logs or [],
+            "free_ports": [40001],
+        }
+        if gpus is not None:
+            body["gpus"] = gpus
+        answer = self.http.post("/agent/sync", json=body)
         if answer.status_code != 200:
             raise httpx.HTTPStatusError(answer.text, request=answer.request, response=answer)
         return answer.json()
@@ -72,6 +76,19 @@ class FakeHardwareAgent:
 
 def report(job_id: int, rank: int, state: str, attempt: int = 0, **extra: Any) -> dict[str, Any]:
     return {"job_id": job_id, "attempt": attempt, "rank": rank, "state": state, **extra}
+
+
+def reading(index: int, utilization: float, **extra: Any) -> dict[str, Any]:
+    """A GPU telemetry reading of an 80 GB GPU."""
+    return {
+        "index": index,
+        "utilization": utilization,
+        "memory_used": 10 * 10**9,
+        "memory_total": 80 * 10**9,
+        "temperature": 50.0,
+        "power": 300.0,
+        **extra,
+    }
 
 
 def chunk(job_id: int, rank: int, offset: int, data: bytes, attempt: int = 0) -> dict[str, Any]:

@@ -21,8 +21,18 @@ import httpx
 
 from corral.agent.host import NodeDescription, free_ports, gpu_readings
 from corral.agent.supervisor import ProcessSupervisor, TaskLaunch, TaskState, TaskStatus
+from corral.agent.telemetry import (
+    FAULTS_FILE,
+    SIM_LOAD_ENV,
+    LoadFiles,
+    NvmlTelemetry,
+    SimLoad,
+    read_faults,
+    simulated_sample,
+)
 from corral.schemas.agent import (
     DesiredTask,
+    GpuTelemetry,
     LogChunk,
     RegisterRequest,
     SyncRequest,
@@ -54,11 +64,14 @@ class AgentSettings:
     checkpoint_root: Path
     sync_interval: float = 2.0
     read_gpu_health: bool = False  # report NVML readings (real GPUs) with each sync
+    simulated: bool = False  # simulated GPUs: generated telemetry, CORRAL_SIM_LOAD_FILE
 
 
 @dataclass
 class _Tracked:
     launch: TaskLaunch
+    gpus: tuple[int, ...] = ()
+    load_file: Path | None = None  # CORRAL_SIM_LOAD_FILE on simulated nodes
     server_offset: int = 0  # log bytes the server holds
     server_final: bool = False  # the server recorded the exit
     wanted: bool = True
@@ -80,6 +93,10 @@ class Agent:
         self._token: str | None = None
         self._server_index = 0
         self.interval = self.settings.sync_interval
+        self._loads = LoadFiles()
+        self._nvml = NvmlTelemetry() if self.settings.read_gpu_health else None
+        if self._nvml is not None and not self._nvml.open():
+            self._nvml = None
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -111,6 +128,8 @@ class Agent:
                     self._stop.wait(backoff)
                     backoff = min(MAX_BACKOFF, backoff * 2)
             self.supervisor.stop_all(wait=True)
+            if self._nvml is not None:
+                self._nvml.close()
             try:  # best effort: hand the work back so that it is requeued at once
                 if self._token:
                     self._sync_once(shutdown=True)
@@ -213,7 +232,25 @@ class Agent:
             logs=chunks,
             free_ports=free_ports(),
             attributes=self._attributes(),
+            gpus=self._telemetry(statuses),
         )
+
+    def _telemetry(self, statuses: Mapping[str, TaskStatus]) -> list[GpuTelemetry] | None:
+        """This sync's GPU readings: NVML's, or generated from the running tasks' loads."""
+        if self._nvml is not None:
+            return self._nvml.sample()
+        if not self.settings.simulated:
+            return None
+        holders: dict[int, list[SimLoad]] = {}
+        for tracked in self.tasks.values():
+            status = statuses.get(tracked.launch.key)
+            if status is None or status.state is not TaskState.RUNNING or not tracked.wanted:
+                continue
+            load = self._loads.read(tracked.load_file) if tracked.load_file else SimLoad()
+            for gpu in tracked.gpus:
+                holders.setdefault(gpu, []).append(load)
+        faults = read_faults(self.settings.home / FAULTS_FILE)
+        return simulated_sample(self.settings.node.devices, holders, faults)
 
     def _attributes(self) -> dict[str, float]:
         """Static attributes (node file, --attributes) plus live GPU health readings."""
@@ -266,6 +303,9 @@ class Agent:
             elif status is None or (tracked.server_final and self._drained(tracked)):
                 self.supervisor.forget(tracked.launch.key)
                 del self.tasks[key]
+                if tracked.load_file is not None:
+                    self._loads.forget(tracked.load_file)
+                    tracked.load_file.unlink(missing_ok=True)
 
     @staticmethod
     def _drained(tracked: _Tracked) -> bool:
@@ -282,6 +322,12 @@ class Agent:
         checkpoint_dir.mkdir(parents=True, exist_ok=True)
         env = dict(task.env)
         env["CORRAL_CHECKPOINT_DIR"] = str(checkpoint_dir)
+        load_file = None
+        if self.settings.simulated:
+            load_file = self.settings.home / "load" / f"job-{job_id}-{attempt}-{rank}.json"
+            load_file.parent.mkdir(parents=True, exist_ok=True)
+            load_file.unlink(missing_ok=True)
+            env[SIM_LOAD_ENV] = str(load_file)
         launch = TaskLaunch(
             key=f"{job_id}/{attempt}/{rank}",
             command=task.command,
@@ -292,7 +338,7 @@ class Agent:
         )
         if launch.log_path.exists():  # a fresh attempt of this agent: start a fresh log
             launch.log_path.unlink()
-        self.tasks[key] = _Tracked(launch)
+        self.tasks[key] = _Tracked(launch, gpus=tuple(task.gpus), load_file=load_file)
         self.supervisor.start(launch)
         log.info("started task %s (pid in its own process group)", launch.key)
 

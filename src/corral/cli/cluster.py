@@ -137,14 +137,29 @@ def server(
     sync_interval: Annotated[
         float, typer.Option("--sync-interval", help="seconds between agent syncs")
     ] = 2.0,
+    telemetry_retention: Annotated[
+        str,
+        typer.Option(
+            "--telemetry-retention",
+            help="GPU telemetry kept in memory: AGE[/RESOLUTION], e.g. 1h/10s (the default)",
+        ),
+    ] = "1h/10s",
 ) -> None:
     """The control plane alone (REST API, state, scheduling loop)."""
+    from corral.core.units import parse_duration
     from corral.server.app import serve
     from corral.server.context import ServerSettings
 
     home = corral_home()
     if config is not None and not config.is_file():
         raise ValidationError(f"--config: no such file {config}")
+    age_text, _, step_text = telemetry_retention.partition("/")
+    try:
+        age, step = parse_duration(age_text), parse_duration(step_text or "10s")
+    except ValueError as exc:
+        raise ValidationError(f"--telemetry-retention: {exc}") from None
+    if age <= 0:
+        raise ValidationError("--telemetry-retention: the age must be positive")
     serve(
         ServerSettings(
             db_url=db or f"sqlite:///{home / 'corral.db'}",
@@ -154,6 +169,9 @@ def server(
             config_path=config,
             node_timeout=node_timeout,
             sync_interval=sync_interval,
+            telemetry_max_age=age,
+            telemetry_resolution=step,
+            telemetry_max_samples=int(age / step) + 2 if step > 0 else 100_000,
         )
     )
 
@@ -231,6 +249,7 @@ def agent(
         home=home / "agents" / node_name,
         checkpoint_root=checkpoint_root or home / "checkpoints",
         read_gpu_health=node_file is None and simulate is None,
+        simulated=node_file is not None or simulate is not None,
     )
     worker = Agent(settings)
     signal.signal(signal.SIGTERM, lambda *_: worker.stop())

@@ -30,6 +30,14 @@ def state_text(state: str) -> Text:
     return Text(state, style=STATE_STYLE.get(state, ""))
 
 
+def job_state_text(job: JobOut) -> Text:
+    """The job's state, with an ``idle`` marker once its GPUs were flagged idle."""
+    text = state_text(job.state)
+    if job.idle and job.state in ("running", "preempting"):
+        text.append(" idle", style="bold yellow")
+    return text
+
+
 def _when(at: float | None) -> str:
     return "-" if at is None else datetime.fromtimestamp(at).strftime("%Y-%m-%d %H:%M:%S")
 
@@ -73,7 +81,7 @@ def jobs_table(jobs: list[JobOut], now: float) -> Table:
             Text(job.name or "-"),
             Text(job.queue),
             job.user,
-            state_text(job.state),
+            job_state_text(job),
             job.priority_class or str(job.priority),
             f"{job.nodes}x{job.tasks_per_node}",
             job.manifest.get("resources", {}).get("tpu") or f"{job.total_gpus:g}",
@@ -92,7 +100,7 @@ def job_panel(job: JobOut, now: float, advice: list[str] | None = None) -> Group
     info.add_column(style="bold")
     info.add_column(overflow="fold")
     rows = [
-        ("State", state_text(job.state)),
+        ("State", job_state_text(job)),
         ("Reason", Text(job.reason or "-")),
         *([("Est. start", _estimate(job.estimated_start, now))] if job.state == "pending" else []),
         ("Queue", f"{job.queue} (position {job.position})" if job.position else job.queue),

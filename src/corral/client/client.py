@@ -19,10 +19,23 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from httpx_sse import connect_sse
 
 from corral.client.config import resolve_servers, resolve_token
 from corral.errors import ERRORS_BY_CODE, ConnectionFailedError, CorralError
-from corral.schemas.api import AdviceOut, Health, JobOut, LogOut, NodeOut, QueueOut, TokenOut
+from corral.schemas.api import (
+    AdviceOut,
+    EventItem,
+    EventList,
+    Health,
+    JobOut,
+    LogOut,
+    NodeOut,
+    QueueOut,
+    TelemetrySample,
+    TokenOut,
+    UsageOut,
+)
 from corral.schemas.manifest import JobManifest, load_manifest, parse_manifest
 
 TERMINAL = ("succeeded", "failed", "cancelled")
@@ -186,6 +199,76 @@ class Client:
 
     def queues(self) -> list[QueueOut]:
         return [QueueOut.model_validate(q) for q in self.request("GET", "/queues")["queues"]]
+
+    # -- monitoring ----------------------------------------------------------------
+
+    def node_telemetry(self, name: str, since: float = 0.0) -> list[TelemetrySample]:
+        """Recent per-GPU samples of a node taken after ``since`` (epoch seconds)."""
+        data = self.request("GET", f"/nodes/{name}/telemetry", params={"since": since})
+        return [TelemetrySample.model_validate(s) for s in data["samples"]]
+
+    def job_telemetry(self, job_id: int, since: float = 0.0) -> list[TelemetrySample]:
+        """Recent samples of the GPUs while the job held them."""
+        data = self.request("GET", f"/jobs/{job_id}/telemetry", params={"since": since})
+        return [TelemetrySample.model_validate(s) for s in data["samples"]]
+
+    def usage(
+        self, by: str = "queue", since: float | None = None, until: float | None = None
+    ) -> UsageOut:
+        params: dict[str, Any] = {"by": by}
+        if since is not None:
+            params["since"] = since
+        if until is not None:
+            params["until"] = until
+        return UsageOut.model_validate(self.request("GET", "/usage", params=params))
+
+    def events(
+        self,
+        since_id: int | None = None,
+        limit: int = 100,
+        entity: str | None = None,
+        entity_id: str | None = None,
+    ) -> list[EventItem]:
+        """Events after ``since_id`` (oldest first); without it, the latest ``limit``."""
+        params: dict[str, Any] = {"limit": limit}
+        for key, value in (("since_id", since_id), ("entity", entity), ("entity_id", entity_id)):
+            if value is not None:
+                params[key] = value
+        return EventList.model_validate(self.request("GET", "/events", params=params)).events
+
+    def stream_events(
+        self, since_id: int | None = None, reconnect: float = 1.0
+    ) -> Iterator[EventItem]:
+        """Events as they happen (server-sent events), after ``since_id`` if given, else
+        from now. Reconnects with ``Last-Event-ID`` when the connection drops, so none is
+        lost or repeated; ends only when the caller stops iterating."""
+        if since_id is None:
+            latest = self.events(limit=1)
+            since_id = latest[-1].id if latest else 0
+        last = since_id
+        while True:
+            headers = {"Last-Event-ID": str(last)}
+            url = f"{self.server}/api/v1/events/stream"
+            try:
+                with connect_sse(self._http, "GET", url, headers=headers, timeout=None) as source:
+                    if not source.response.is_success:
+                        source.response.read()
+                        _decode(source.response)
+                    for sse in source.iter_sse():
+                        if sse.data:
+                            event = EventItem.model_validate_json(sse.data)
+                            last = event.id
+                            yield event
+            except httpx.TransportError:
+                self._current = (self._current + 1) % len(self.servers)
+            time.sleep(reconnect)
+
+    def metrics(self) -> str:
+        """The Prometheus text of ``/metrics``."""
+        response = self._http.get(f"{self.server}/metrics")
+        if not response.is_success:
+            _decode(response)
+        return response.text
 
     def create_token(self, user: str, role: str = "user") -> TokenOut:
         body = {"user": user, "role": role}

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from corral.core.idle import IdlePolicy
 from corral.core.job import PlacementPolicy
 from corral.errors import ValidationError
 
@@ -28,6 +29,7 @@ class QueueConfig:
     cohort: str | None = None
     borrowing_limit: tuple[tuple[str, float], ...] = ()
     placement: PlacementPolicy | None = None
+    idle: IdlePolicy | None = None  # None: the cluster's ``policy.idle``
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,7 @@ class Policy:
     interval: float = 10.0
     order: str = "fair-share"  # the QueueSort: fair-share | priority-fifo | shortest-first
     sharing: str = "packing"  # placement of shared GPUs: packing | bestfit | fgd | corral
+    idle: IdlePolicy = field(default_factory=IdlePolicy)  # for queues without their own
 
 
 DEFAULT_PRIORITY_CLASSES = (
@@ -106,6 +109,11 @@ class SchedulerConfig:
         if isinstance(priority, str) and self._class(priority):
             return priority
         return None
+
+    def idle_policy(self, queue: str) -> IdlePolicy:
+        """The idle-GPU policy of ``queue``: its own, else the cluster's."""
+        own = next((q.idle for q in self.queues if q.name == queue), None)
+        return own or self.policy.idle
 
     def queue_placement(self, name: str) -> PlacementPolicy:
         """The queue's default placement, else the cluster's."""

@@ -71,6 +71,24 @@ class LogChunk(Strict):
     data: str  # base64
 
 
+class GpuTelemetry(Strict):
+    """One reading of one GPU (NVML, or generated for a simulated GPU).
+
+    ``ecc_errors`` (uncorrectable, volatile) and ``xid_errors`` (critical Xid events seen
+    since the agent started) are counters; the server drains the node when one rises.
+    """
+
+    index: int = Field(ge=0)
+    utilization: float = Field(ge=0, le=100)  # duty cycle, percent
+    memory_used: int = Field(ge=0)  # bytes
+    memory_total: int = Field(ge=0)
+    temperature: float | None = None  # Celsius
+    power: float | None = None  # watts
+    ecc_errors: int = Field(default=0, ge=0)
+    xid_errors: int = Field(default=0, ge=0)
+    last_xid: int | None = None  # the code of the latest critical Xid event, if any
+
+
 class SyncRequest(Strict):
     node: str
     agent_id: str
@@ -79,6 +97,7 @@ class SyncRequest(Strict):
     free_ports: list[int] = Field(default_factory=list)
     attributes: dict[str, float] | None = None  # fresh readings (temperature...); None: same
     shutdown: bool = False  # the agent is stopping: its tasks are gone, requeue their jobs
+    gpus: list[GpuTelemetry] | None = None  # per-GPU readings at this sync; None: none taken
 
 
 class DesiredTask(BaseModel):
@@ -89,6 +108,7 @@ class DesiredTask(BaseModel):
     env: dict[str, str]
     workdir: str | None
     grace_period: float
+    gpus: list[int] = Field(default_factory=list)  # device indices the task holds on this node
 
 
 class TaskAck(BaseModel):

@@ -69,6 +69,8 @@ class JobOut(BaseModel):
     exit_code: int | None
     manifest: dict[str, Any]
     last_checkpoint_at: float | None = None  # the job's last reported checkpoint
+    idle_since: float | None = None  # since when its GPUs have stayed near 0% utilization
+    idle: bool = False  # idle for longer than its queue's idle policy allows (flagged)
     tasks: list[TaskOut] = Field(default_factory=list)
     attempts: list[AttemptOut] = Field(default_factory=list)
     events: list[EventOut] = Field(default_factory=list)
@@ -109,6 +111,10 @@ class DeviceOut(BaseModel):
     used_by: list[int] = Field(default_factory=list)  # job ids
     share_used: float = 0.0
     kind: str = "gpu"  # or "tpu": a TPU chip (model: its generation)
+    # the latest telemetry reading of the GPU (None: none within the node timeout)
+    utilization: float | None = None
+    memory_used: int | None = None
+    temperature: float | None = None
 
 
 class NodeOut(BaseModel):
@@ -168,6 +174,66 @@ class TokenOut(BaseModel):
 
 class TokenList(BaseModel):
     tokens: list[TokenOut]
+
+
+class TelemetrySample(BaseModel):
+    """One GPU reading as the server keeps it; ``job_id`` is null when the GPU was idle."""
+
+    at: float
+    node: str
+    gpu: int
+    utilization: float
+    memory_used: int
+    memory_total: int
+    temperature: float | None
+    power: float | None
+    ecc_errors: int
+    xid_errors: int
+    job_id: int | None
+    job_ids: list[int] = Field(default_factory=list)  # every job sharing the GPU
+
+
+class TelemetryOut(BaseModel):
+    samples: list[TelemetrySample]
+
+
+class EventItem(BaseModel):
+    """One job or node transition from the history, in id order."""
+
+    id: int
+    at: float
+    entity: str  # job | node
+    entity_id: str
+    attempt: int
+    from_state: str
+    to_state: str
+    reason: str
+
+
+class EventList(BaseModel):
+    events: list[EventItem]
+
+
+class UsageRow(BaseModel):
+    """Accounting of one queue, user or job over a window (``key`` names it)."""
+
+    key: str
+    jobs: int  # jobs with a task running in the window, or submitted in it
+    gpu_hours_allocated: float
+    gpu_hours_used: float  # allocation weighted by reported GPU utilization
+    avg_wait: float | None  # seconds from submission to first start (started jobs)
+    max_wait: float | None
+    preemptions: int
+    queue: str | None = None  # by=job: the job's queue, user and name
+    user: str | None = None
+    name: str | None = None
+
+
+class UsageOut(BaseModel):
+    by: str
+    since: float
+    until: float
+    rows: list[UsageRow]
 
 
 class ErrorOut(BaseModel):

@@ -7,6 +7,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field, model_validator
 
+from corral.core.idle import IdleAction, IdlePolicy
 from corral.core.job import PlacementPolicy
 from corral.errors import ValidationError
 from corral.scheduling.config import (
@@ -20,6 +21,23 @@ from corral.scheduling.config import (
 from corral.schemas.common import Duration, Strict, validate
 
 
+class IdleModel(Strict):
+    """``idle: {threshold: 5, after: 30m, action: flag|preempt|stop}``."""
+
+    threshold: float = Field(default=5.0, ge=0, le=100)  # percent utilization
+    after: Duration = 1800.0
+    action: IdleAction = IdleAction.FLAG
+
+    @model_validator(mode="after")
+    def _positive(self) -> IdleModel:
+        if self.after <= 0:
+            raise ValueError("after: must be positive")
+        return self
+
+    def to_policy(self) -> IdlePolicy:
+        return IdlePolicy(self.threshold, self.after, self.action)
+
+
 class QueueModel(Strict):
     name: str = Field(min_length=1)
     weight: float = Field(default=1.0, gt=0)
@@ -27,6 +45,7 @@ class QueueModel(Strict):
     cohort: str | None = None
     borrowing_limit: dict[str, float] = Field(default_factory=dict)
     placement: PlacementPolicy | None = None
+    idle: IdleModel | None = None
 
     @model_validator(mode="after")
     def _amounts(self) -> QueueModel:
@@ -54,6 +73,7 @@ class PolicyModel(Strict):
     interval: Duration = 10.0
     order: Literal["fair-share", "priority-fifo", "shortest-first"] = "fair-share"
     sharing: Literal["packing", "bestfit", "fgd", "corral"] = "packing"
+    idle: IdleModel = Field(default_factory=IdleModel)
 
 
 class PluginModel(Strict):
@@ -87,6 +107,7 @@ class SchedulerConfigModel(Strict):
                 cohort=q.cohort,
                 borrowing_limit=tuple(sorted(q.borrowing_limit.items())),
                 placement=q.placement,
+                idle=q.idle.to_policy() if q.idle else None,
             )
             for q in self.queues
         ) or (QueueConfig("default"),)
@@ -110,6 +131,7 @@ class SchedulerConfigModel(Strict):
                 interval=p.interval,
                 order=p.order,
                 sharing=p.sharing,
+                idle=p.idle.to_policy(),
             ),
             plugins=tuple(PluginRef(x.name, x.weight, tuple(x.args.items())) for x in self.plugins),
         )

@@ -18,8 +18,9 @@ from corral.server.context import Context, ServerSettings
 from corral.server.db.engine import make_engine, migrate, session_factory
 from corral.server.errors import install_error_handlers
 from corral.server.loop import ControlLoop
-from corral.server.routers import agent, cluster, jobs
+from corral.server.routers import agent, cluster, events, jobs, monitoring
 from corral.server.services.auth import TokenService
+from corral.server.telemetry import TelemetryStore
 from corral.server.ui import dashboard_url, mount_dashboard
 
 API_PREFIX = "/api/v1"
@@ -37,6 +38,11 @@ def build_context(settings: ServerSettings) -> Context:
         config=config,
         profile=build_profile(config),
         settings=settings,
+        telemetry=TelemetryStore(
+            settings.telemetry_max_age,
+            settings.telemetry_max_samples,
+            settings.telemetry_resolution,
+        ),
     )
     TokenService(ctx).bootstrap()
     return ctx
@@ -67,9 +73,11 @@ def create_app(ctx: Context, run_loop: bool = True) -> FastAPI:
     )
     app.state.ctx = ctx
     install_error_handlers(app)
-    for module in (jobs, cluster, agent):
+    for module in (jobs, cluster, agent, monitoring, events):
         app.include_router(module.router, prefix=API_PREFIX)
     mount_dashboard(app)
+    ctx.metrics.bind(ctx)
+    app.include_router(monitoring.metrics_router)
     return app
 
 

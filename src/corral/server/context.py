@@ -12,7 +12,14 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from corral.scheduling.config import SchedulerConfig
 from corral.scheduling.framework import Profile
+from corral.server.metrics import ServerMetrics
 from corral.server.services.catalog import NodeCatalog
+from corral.server.telemetry import (
+    DEFAULT_MAX_AGE,
+    DEFAULT_MAX_SAMPLES,
+    DEFAULT_RESOLUTION,
+    TelemetryStore,
+)
 from corral.server.watch import NodeWatch
 
 
@@ -26,6 +33,10 @@ class ServerSettings:
     node_timeout: float = 30.0  # seconds without a sync before a node is lost
     sync_interval: float = 2.0  # how often agents sync
     log_chunk_limit: int = 1 << 20  # bytes per log response
+    telemetry_max_age: float = DEFAULT_MAX_AGE  # seconds of GPU telemetry kept per GPU
+    telemetry_max_samples: int = DEFAULT_MAX_SAMPLES  # samples kept per GPU
+    telemetry_resolution: float = DEFAULT_RESOLUTION  # seconds between samples kept
+    sse_keepalive: float = 15.0  # seconds between keep-alive comments on event streams
 
 
 @dataclass
@@ -39,6 +50,8 @@ class Context:
     wake_event: threading.Event = field(default_factory=threading.Event)
     catalog: NodeCatalog = field(default_factory=NodeCatalog)
     watch: NodeWatch = field(default_factory=NodeWatch)
+    telemetry: TelemetryStore = field(default_factory=TelemetryStore)
+    metrics: ServerMetrics = field(default_factory=ServerMetrics)
 
     def wake(self) -> None:
         """Ask the control loop for a scheduling cycle soon."""

@@ -1,4 +1,4 @@
-"""The control loop: node liveness, time limits, and scheduling cycles.
+"""The control loop: node liveness, time limits, idle GPUs, and scheduling cycles.
 
 One background thread. A cycle runs when something woke it (a submission, a task exit, a
 node change) and at least every ``policy.interval``; liveness runs every second.
@@ -10,6 +10,7 @@ import logging
 import threading
 
 from corral.server.context import Context
+from corral.server.services.idle import check_idle
 from corral.server.services.nodes import NodeService
 from corral.server.services.scheduler import enforce_time_limits, run_cycle
 
@@ -50,9 +51,12 @@ class ControlLoop:
                         log.warning("node %s lost", name)
                     if enforce_time_limits(self.ctx):
                         woke = True
+                    if check_idle(self.ctx):
+                        woke = True
                 if woke or now - last_cycle >= interval:
                     last_cycle = now
                     result = run_cycle(self.ctx)
+                    self.ctx.metrics.cycle_seconds.observe(result.duration)
                     if result.placed:
                         log.info(
                             "cycle placed %d job(s), %d pending", result.placed, result.pending

@@ -30,6 +30,11 @@ class NodeWatch:
         self._loop = loop
         self._changed = asyncio.Condition()
 
+    @property
+    def closed(self) -> bool:
+        """True once the server began shutting down."""
+        return self._closed
+
     def version(self, node: str) -> int:
         with self._lock:
             return self._versions[node]

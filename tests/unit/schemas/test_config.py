@@ -6,6 +6,7 @@ import textwrap
 
 import pytest
 
+from corral.core.idle import IdleAction, IdlePolicy
 from corral.core.job import PlacementPolicy
 from corral.errors import ValidationError
 from corral.scheduling.config import (
@@ -214,3 +215,35 @@ def test_policy_order_selects_the_queue_sort() -> None:
     assert build_profile(config).queue_sort.name == "shortest-first"
     with pytest.raises(ValidationError, match="policy.order"):
         load_config("policy: {order: random}\n")
+
+
+def test_idle_policy_per_queue_with_the_cluster_default() -> None:
+    config = load_config(
+        textwrap.dedent(
+            """
+            queues:
+              - name: team-a
+                idle: {threshold: 3, after: 10m, action: preempt}
+              - name: team-b
+            policy:
+              idle: {after: 2h}
+            """
+        )
+    )
+    assert config.idle_policy("team-a") == IdlePolicy(3.0, 600.0, IdleAction.PREEMPT)
+    assert config.idle_policy("team-b") == IdlePolicy(5.0, 7200.0, IdleAction.FLAG)
+    assert load_config(None).idle_policy("default") == IdlePolicy(5.0, 1800.0, IdleAction.FLAG)
+
+
+@pytest.mark.parametrize(
+    ("idle", "message"),
+    [
+        ("{action: kill}", "queues.0.idle.action"),
+        ("{threshold: 120}", "queues.0.idle.threshold"),
+        ("{after: 0s}", "after: must be positive"),
+        ("{afterr: 1h}", "queues.0.idle.afterr: unknown field"),
+    ],
+)
+def test_bad_idle_policy_names_the_field(idle: str, message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        load_config(f"queues: [{{name: a, idle: {idle}}}]")

@@ -16,6 +16,7 @@ from sqlalchemy import (
     LargeBinary,
     String,
     Text,
+    false,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -47,6 +48,8 @@ class JobRow(Base):
     master_port: Mapped[int | None] = mapped_column(Integer)
     time_limit: Mapped[float | None] = mapped_column(Float)  # seconds, from the manifest
     last_checkpoint_at: Mapped[float | None] = mapped_column(Float)  # reported by the job
+    idle_since: Mapped[float | None] = mapped_column(Float)  # GPUs near 0% since then
+    idle: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     updated_at: Mapped[float] = mapped_column(Float)
 
 
@@ -79,6 +82,8 @@ class TaskRow(Base):
     ended_at: Mapped[float | None] = mapped_column(Float)
     released: Mapped[bool] = mapped_column(Boolean, default=False)
     log_size: Mapped[int] = mapped_column(BigInteger, default=0)
+    # GPU-seconds actually used: allocated GPU time weighted by reported utilization
+    gpu_seconds_used: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
 
 
 class LogChunkRow(Base):
@@ -126,6 +131,8 @@ class NodeRow(Base):
     registered_at: Mapped[float] = mapped_column(Float)
     last_heartbeat: Mapped[float] = mapped_column(Float)
     reason: Mapped[str | None] = mapped_column(Text)
+    # GPU error counters already acted on, by GPU index: {"3": [ecc, xid]}
+    gpu_errors: Mapped[dict | None] = mapped_column(JSON)
 
 
 class QueueUsageRow(Base):

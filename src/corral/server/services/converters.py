@@ -192,6 +192,8 @@ def job_out(
         exit_code=row.exit_code,
         manifest=manifest,
         last_checkpoint_at=row.last_checkpoint_at,
+        idle_since=row.idle_since,
+        idle=bool(row.idle),
         tasks=[task_out(t, (devices or {}).get(t.node, ())) for t in current],
         attempts=_attempts(tasks, events),
         events=[

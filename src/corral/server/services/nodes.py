@@ -27,6 +27,7 @@ from corral.server.db.models import JobRow, LogChunkRow, NodeRow, TaskRow
 from corral.server.services.converters import mig_names, node_of, node_out, spec_of
 from corral.server.services.notify import notify_jobs
 from corral.server.services.settle import FINAL_TASK_STATES, lose_tasks, settle_job
+from corral.server.services.telemetry import ingest
 from corral.server.services.transitions import move_node
 
 LIVE_TASK_STATES = ("assigned", "running", "terminating")
@@ -130,10 +131,13 @@ class NodeService:
                 touched |= self._lose_node_tasks(session, node.name, reason, now, release=True)
                 move_node(session, node, NodeState.LOST, reason, now)
                 woke = True
+            if req.gpus is not None and not req.shutdown:
+                outcome = ingest(self.ctx, session, node, req.gpus, now)
+                touched |= outcome.jobs
+                woke |= outcome.drained
             woke |= self._release_vanished(session, req.node, keys)
             touched |= self._skip_unstarted(session, req.node, keys, now)
-            for job_id in touched:
-                self._settle(session, job_id, now)
+            started = [self._settle(session, job_id, now) for job_id in touched]
             acks = [
                 TaskAck(
                     job_id=key[0],
@@ -145,6 +149,8 @@ class NodeService:
                 for key in sorted(keys)
             ]
             desired = self._desired(session, node)
+        for queue, wait in filter(None, started):
+            self.ctx.metrics.start_wait.labels(queue).observe(wait)
         notify_jobs(self.ctx, touched, skip=req.node)  # e.g. a failed task's peers must stop
         if woke:
             self.ctx.wake()
@@ -213,7 +219,7 @@ class NodeService:
             for task in session.scalars(select(TaskRow).where(TaskRow.released.is_(False))):
                 held[task.node].append(task)
             rows = session.scalars(select(NodeRow).order_by(NodeRow.name))
-            return [node_out(row, held.get(row.name, [])) for row in rows]
+            return [self._readings(node_out(row, held.get(row.name, []))) for row in rows]
 
     def get(self, name: str) -> NodeOut:
         with self.ctx.sessions() as session:
@@ -221,7 +227,18 @@ class NodeService:
             held = session.scalars(
                 select(TaskRow).where(TaskRow.node == name, TaskRow.released.is_(False))
             )
-            return node_out(row, list(held))
+            return self._readings(node_out(row, list(held)))
+
+    def _readings(self, node: NodeOut) -> NodeOut:
+        """``node`` with each GPU's latest telemetry reading, if recent."""
+        fresh_after = self.ctx.clock() - self.ctx.settings.node_timeout
+        for device in node.devices:
+            sample = self.ctx.telemetry.latest(node.name, device.index)
+            if sample is not None and sample.at >= fresh_after and device.kind == "gpu":
+                device.utilization = sample.utilization
+                device.memory_used = sample.memory_used
+                device.temperature = sample.temperature
+        return node
 
     def check_liveness(self) -> list[str]:
         """Mark nodes lost that have not synced within the timeout; returns their names.
@@ -271,10 +288,12 @@ class NodeService:
         return set(by_job)
 
     @staticmethod
-    def _settle(session: Session, job_id: int, now: float) -> None:
+    def _settle(session: Session, job_id: int, now: float) -> tuple[str, float] | None:
+        """Settle the job; returns its queue and wait when its first attempt just started."""
         job = session.get(JobRow, job_id)
         if job is None:
-            return
+            return None
+        first_start = None
         tasks = list(
             session.scalars(
                 select(TaskRow).where(TaskRow.job_id == job_id, TaskRow.attempt == job.attempt)
@@ -282,7 +301,10 @@ class NodeService:
         )
         if job.started_at is None and any(t.started_at for t in tasks):
             job.started_at = min(t.started_at for t in tasks if t.started_at)
+            if job.attempt == 0:
+                first_start = (job.queue, max(0.0, job.started_at - job.submitted_at))
         settle_job(session, job, tasks, now)
+        return first_start
 
     @staticmethod
     def _tasks_by_key(
@@ -402,6 +424,7 @@ def task_launch(
         env=env,
         workdir=spec.workdir,
         grace_period=spec.grace_period,
+        gpus=list(task.gpus),
     )
 
 

@@ -66,6 +66,8 @@ def requeue(session: Session, job: JobRow, reason: str, now: float) -> None:
     job.started_at = None
     job.exit_code = None
     job.master_port = None
+    job.idle_since = None
+    job.idle = False
 
 
 def lose_tasks(

@@ -1,0 +1,62 @@
+"""The job and node transition history: a page by id, or a live server-sent-events stream."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from fastapi import APIRouter, Depends, Header, Query, Request
+from fastapi.responses import StreamingResponse
+
+from corral.errors import ValidationError
+from corral.schemas.api import EventList
+from corral.server.context import Context
+from corral.server.db.models import TokenRow
+from corral.server.deps import context, user
+from corral.server.services.events import event_stream, last_event_id, list_events
+
+router = APIRouter(prefix="/events", tags=["events"])
+Entity = Literal["job", "node"]
+
+
+@router.get("", response_model=EventList)
+def events(
+    since_id: int | None = Query(None, ge=0, description="events after this id"),
+    limit: int = Query(100, ge=1, le=10_000),
+    entity: Entity | None = None,
+    entity_id: str | None = None,
+    ctx: Context = Depends(context),
+    _: TokenRow = Depends(user),
+) -> EventList:
+    """Events after ``since_id`` (oldest first); without it, the latest ``limit``."""
+    latest = since_id is None
+    found = list_events(ctx, since_id or 0, limit, entity, entity_id, latest=latest)
+    return EventList(events=found)
+
+
+@router.get("/stream")
+async def stream(
+    request: Request,
+    since_id: int | None = Query(None, ge=0, description="replay events after this id"),
+    entity: Entity | None = None,
+    entity_id: str | None = None,
+    last_event_header: str | None = Header(None, alias="Last-Event-ID"),
+    ctx: Context = Depends(context),
+    _: TokenRow = Depends(user),
+) -> StreamingResponse:
+    """Server-sent events: every transition from now on (or after ``Last-Event-ID`` /
+    ``since_id``), with keep-alive comments."""
+    start = since_id
+    if last_event_header:
+        try:
+            start = int(last_event_header)
+        except ValueError:
+            raise ValidationError(
+                f"Last-Event-ID: expected an event id, got {last_event_header!r}"
+            ) from None
+    if start is None:
+        start = last_event_id(ctx)
+    return StreamingResponse(
+        event_stream(ctx, start, request.is_disconnected, entity, entity_id),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )

@@ -1,0 +1,63 @@
+"""GPU telemetry, accounting and Prometheus metrics."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from fastapi import APIRouter, Depends, Query
+from fastapi.responses import Response
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from corral.schemas.api import TelemetryOut, UsageOut
+from corral.server.context import Context
+from corral.server.db.models import TokenRow
+from corral.server.deps import context, user
+from corral.server.services.jobs import JobService
+from corral.server.services.nodes import NodeService
+from corral.server.services.telemetry import job_telemetry, node_telemetry
+from corral.server.services.usage import usage as usage_report
+
+router = APIRouter()
+metrics_router = APIRouter()
+
+
+@router.get("/nodes/{name}/telemetry", response_model=TelemetryOut, tags=["nodes"])
+def node_samples(
+    name: str,
+    since: float = Query(0.0, description="samples taken after this time (epoch seconds)"),
+    ctx: Context = Depends(context),
+    _: TokenRow = Depends(user),
+) -> TelemetryOut:
+    """Recent per-GPU samples of a node (the server keeps a bounded history)."""
+    NodeService(ctx).get(name)  # 404 for an unknown node
+    return TelemetryOut(samples=node_telemetry(ctx, name, since))
+
+
+@router.get("/jobs/{job_id}/telemetry", response_model=TelemetryOut, tags=["jobs"])
+def job_samples(
+    job_id: int,
+    since: float = Query(0.0, description="samples taken after this time (epoch seconds)"),
+    ctx: Context = Depends(context),
+    _: TokenRow = Depends(user),
+) -> TelemetryOut:
+    """Recent samples of the GPUs while this job held them."""
+    JobService(ctx).get(job_id)  # 404 for an unknown job
+    return TelemetryOut(samples=job_telemetry(ctx, job_id, since))
+
+
+@router.get("/usage", response_model=UsageOut, tags=["accounting"])
+def usage(
+    by: Literal["queue", "user", "job"] = "queue",
+    since: float | None = Query(None, description="window start (epoch seconds); default: all"),
+    until: float | None = Query(None, description="window end (epoch seconds); default: now"),
+    ctx: Context = Depends(context),
+    _: TokenRow = Depends(user),
+) -> UsageOut:
+    """GPU-hours allocated and used, waits, preemptions and job counts in a window."""
+    return usage_report(ctx, by, since, until)
+
+
+@metrics_router.get("/metrics", tags=["monitoring"], response_class=Response)
+def metrics(ctx: Context = Depends(context), _: TokenRow = Depends(user)) -> Response:
+    """Prometheus text format (scrape with a bearer token)."""
+    return Response(ctx.metrics.render(), media_type=CONTENT_TYPE_LATEST)
