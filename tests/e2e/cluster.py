@@ -53,7 +53,14 @@ def pid_alive(pid: int) -> bool:
 class LocalCluster:
     """A ``corral server`` and ``corral agent`` processes sharing one ``CORRAL_HOME``."""
 
-    def __init__(self, home: Path, node_timeout: float = 30.0, sync_interval: float = 0.5) -> None:
+    def __init__(
+        self,
+        home: Path,
+        node_timeout: float = 30.0,
+        sync_interval: float = 0.5,
+        config: str | None = None,
+    ) -> None:
+        """``config``: the scheduler configuration (YAML text) for ``server --config``."""
         self.home = home
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -66,6 +73,10 @@ class LocalCluster:
         self.server: subprocess.Popen | None = None
         self.agents: dict[str, subprocess.Popen] = {}
         (home / "logs").mkdir(parents=True, exist_ok=True)
+        self.config: Path | None = None
+        if config is not None:
+            self.config = home / "scheduler.yaml"
+            self.config.write_text(config)
 
     def _spawn(self, args: list[str], log: str) -> subprocess.Popen:
         with open(self.home / "logs" / log, "ab") as out:
@@ -89,6 +100,7 @@ class LocalCluster:
                 str(self.node_timeout),
                 "--sync-interval",
                 str(self.sync_interval),
+                *(["--config", str(self.config)] if self.config else []),
             ],
             "server.log",
         )
