@@ -77,9 +77,6 @@ def serve(settings: ServerSettings) -> None:
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     ctx = build_context(settings)
-    policy = ctx.config.policy
-    if policy.preemption:
-        log.warning("policy.preemption is not implemented in this release; nothing is preempted")
     app = create_app(ctx)
     config = uvicorn.Config(
         app,
