@@ -21,6 +21,7 @@ import os
 import random
 import signal
 import sys
+import time
 
 import torch
 from torch import nn
@@ -54,7 +55,38 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--preempt-rank", type=int, default=None, help="testing: only this rank signals itself"
     )
+    parser.add_argument(
+        "--hold-at",
+        type=int,
+        default=None,
+        help="testing: on a fresh run, wait at this step (asking should_stop) until preempted",
+    )
+    parser.add_argument(
+        "--ignore-sigterm-rank",
+        type=int,
+        default=None,
+        help="testing: this rank never sees SIGTERM (only its peers get the signal)",
+    )
+    parser.add_argument(
+        "--stall-save-rank",
+        type=int,
+        default=None,
+        help="testing: on a fresh run, this rank's save on stopping hangs, its temporary "
+        "file open, until the process is killed",
+    )
     return parser.parse_args(argv)
+
+
+class StalledSave:
+    """Pickling it never returns: a save cut off (by SIGKILL) in the middle, on demand."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def __reduce__(self) -> tuple:
+        print(f"save of step {self.step} stalled", flush=True)
+        while True:
+            time.sleep(1)
 
 
 def synthetic_data() -> tuple[torch.Tensor, torch.Tensor]:
@@ -90,6 +122,8 @@ def run(args: argparse.Namespace) -> int:
         level=logging.INFO, format=f"rank {info.rank}: %(levelname)s %(name)s: %(message)s"
     )
     train.install_signal_handlers()
+    if args.ignore_sigterm_rank == info.rank:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     device = torch.device(info.device)
     torch.use_deterministic_algorithms(True)
 
@@ -131,12 +165,20 @@ def run(args: argparse.Namespace) -> int:
             "rng": train.capture_rng(),
         }
 
+    fresh = resumed is None
     for step in range(start, args.steps):
-        if step == args.preempt_at and resumed is None and args.preempt_rank in (None, info.rank):
+        if step == args.preempt_at and fresh and args.preempt_rank in (None, info.rank):
             os.kill(os.getpid(), signal.SIGTERM)
+        if step == args.hold_at and fresh:
+            print(f"rank {info.rank} holding at step {step}", flush=True)
+            while not train.should_stop():  # every rank asks, in step: a collective each time
+                time.sleep(0.05)
         if train.should_stop():
             print(f"rank {info.rank} stopping at step {step}", flush=True)
-            train.save(state(), step, directory=args.checkpoint_dir, keep=args.keep)
+            final = state()
+            if fresh and args.stall_save_rank == info.rank:
+                final["stalled"] = StalledSave(step)
+            train.save(final, step, directory=args.checkpoint_dir, keep=args.keep)
             train.shutdown()
             return 0
         index = torch.tensor(sampler.take(args.batch_size), device=device)

@@ -1,4 +1,7 @@
-"""examples/pytorch_ddp.py as 2 real processes (gloo on loopback): stop agreement, exact resume.
+"""The examples as 2 real processes (gloo on loopback): stop agreement, exact resume.
+
+examples/pytorch_ddp.py (torch.distributed) and examples/jax_train.py (JAX's distributed
+runtime, whose CPU collectives also run over gloo).
 
 Preemption is a real SIGTERM that only rank 1 sends itself (``--preempt-at``), so the stop
 step is known and the test needs no clock. Timeouts only keep a hung collective from
@@ -17,15 +20,16 @@ import pytest
 
 from tests.e2e.cluster import free_port
 
-pytest.importorskip("torch")
-
 ROOT = Path(__file__).resolve().parents[2]
-EXAMPLE = ROOT / "examples" / "pytorch_ddp.py"
+PYTORCH = ROOT / "examples" / "pytorch_ddp.py"
+JAX = ROOT / "examples" / "jax_train.py"
 STEPS = ["--steps", "60", "--checkpoint-every", "20", "--batch-size", "16"]
 
 
-def run_ranks(checkpoints: Path, *args: str, world_size: int = 2) -> list[tuple[int, str]]:
-    """Run the example as ``world_size`` ranks; (exit code, output) per rank."""
+def run_ranks(
+    checkpoints: Path, *args: str, world_size: int = 2, example: Path = PYTORCH
+) -> list[tuple[int, str]]:
+    """Run ``example`` as ``world_size`` ranks; (exit code, output) per rank."""
     port = str(free_port())
     children = []
     for rank in range(world_size):
@@ -43,7 +47,7 @@ def run_ranks(checkpoints: Path, *args: str, world_size: int = 2) -> list[tuple[
         }
         children.append(
             subprocess.Popen(
-                [sys.executable, str(EXAMPLE), *STEPS, *args],
+                [sys.executable, str(example), *STEPS, *args],
                 env=env,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
@@ -68,15 +72,19 @@ def final_sha(output: str) -> str:
     return match.group(1)
 
 
+@pytest.mark.parametrize("example", [PYTORCH, JAX], ids=["pytorch", "jax"])
 @pytest.mark.timeout(240)
 def test_sigterm_to_one_rank_stops_all_and_the_resumed_run_is_bitwise_identical(
-    tmp_path: Path,
+    tmp_path: Path, example: Path
 ) -> None:
-    straight = run_ranks(tmp_path / "straight")
+    pytest.importorskip("torch" if example == PYTORCH else "jax")
+    straight = run_ranks(tmp_path / "straight", example=example)
     assert [code for code, _ in straight] == [0, 0], straight
     expected = final_sha(straight[0][1])
 
-    preempted = run_ranks(tmp_path / "preempted", "--preempt-at", "33", "--preempt-rank", "1")
+    preempted = run_ranks(
+        tmp_path / "preempted", "--preempt-at", "33", "--preempt-rank", "1", example=example
+    )
     assert [code for code, _ in preempted] == [0, 0], preempted
     for rank, (_, out) in enumerate(preempted):
         assert f"rank {rank} stopping at step 33" in out, out
@@ -84,7 +92,7 @@ def test_sigterm_to_one_rank_stops_all_and_the_resumed_run_is_bitwise_identical(
     assert "another rank was asked to stop" in preempted[0][1]
     assert (tmp_path / "preempted" / "step-00000033" / "COMPLETE").exists()
 
-    resumed = run_ranks(tmp_path / "preempted")
+    resumed = run_ranks(tmp_path / "preempted", example=example)
     assert [code for code, _ in resumed] == [0, 0], resumed
     for rank, (_, out) in enumerate(resumed):
         assert f"rank {rank} resumed at step 33" in out, out

@@ -87,9 +87,6 @@ def serve(settings: ServerSettings) -> None:
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     ctx = build_context(settings)
-    policy = ctx.config.policy
-    if policy.preemption:
-        log.warning("policy.preemption is not implemented in this release; nothing is preempted")
     app = create_app(ctx)
     log.info("dashboard at %s", dashboard_url(f"http://{settings.host}:{settings.port}"))
     config = uvicorn.Config(

@@ -2,12 +2,13 @@
 
 from corral import train
 
-info = train.init_distributed()          # env of SPEC section 4 (or torchrun's)
+info = train.init_distributed()          # env of SPEC section 4 (or torchrun's);
+                                         # JAX: train.init_jax_distributed()
 train.install_signal_handlers()          # SIGTERM/SIGINT set a flag
 resumed = train.load_latest()            # (step, state) or None
 for step in range(start, steps):
     ...
-    if train.should_stop():              # one all_reduce: every rank agrees
+    if train.should_stop():              # one collective: every rank agrees
         train.save(state, step)
         train.shutdown()
         sys.exit(0)                      # Corral requeues the job

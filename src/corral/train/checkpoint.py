@@ -43,6 +43,7 @@ from typing import Any
 import httpx
 
 from corral.errors import TrainError
+from corral.train import collective
 from corral.train import env as _env
 
 log = logging.getLogger("corral.train")
@@ -126,11 +127,13 @@ def _deserialize(path: Path, fmt: str) -> Any:
         return pickle.load(f)
 
 
-def _ranks(rank: int | None, world_size: int | None) -> tuple[int, int, Any]:
-    """(rank, world size, torch.distributed or None) for this save or load."""
-    dist = _env.distributed_ready()
+def _ranks(
+    rank: int | None, world_size: int | None
+) -> tuple[int, int, collective.Collective | None]:
+    """(rank, world size, the group's collectives or None) for this save or load."""
+    dist = collective.current()
     if dist is not None:
-        actual = dist.get_rank(), dist.get_world_size()
+        actual = dist.rank, dist.world_size
         if (rank, world_size) not in ((None, None), actual):
             raise TrainError(f"rank/world_size {rank}/{world_size} disagree with {actual}")
         return actual[0], actual[1], dist
@@ -176,15 +179,14 @@ def save(
         target.mkdir(exist_ok=True)
         _fsync_dir(root)
     if dist is not None:
-        dist.barrier()
+        dist.barrier(f"save {step}: directory")
     else:
         target.mkdir(parents=True, exist_ok=True)
     part = target / part_name(rank)
     _write_atomic(part, lambda f: _serialize(state, f, fmt))
     digest = _sha256(part)
     if dist is not None:
-        digests: list[Any] = [None] * world_size
-        dist.all_gather_object(digests, digest)
+        digests = dist.gather_digests(digest)
     elif rank == 0:
         digests = []
         for other in range(world_size):
@@ -205,7 +207,7 @@ def save(
         _prune(root, step, keep)
         notify_checkpoint(step, str(target))
     if dist is not None:
-        dist.barrier()
+        dist.barrier(f"save {step}: complete")
     return target
 
 

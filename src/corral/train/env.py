@@ -2,8 +2,8 @@
 
 Corral and torchrun both give each task ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
 ``MASTER_ADDR`` and ``MASTER_PORT``; :func:`init_distributed` turns them into a PyTorch
-process group (NCCL when CUDA is available, else gloo) and :func:`init_jax_distributed` into
-JAX's distributed runtime.
+process group (XLA through PJRT on a TPU slice, else NCCL when CUDA is available, else gloo)
+and :func:`init_jax_distributed` into JAX's distributed runtime.
 
 Rules:
 
@@ -14,10 +14,12 @@ Rules:
 - Otherwise every one of ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``,
   ``MASTER_PORT`` must be set; :class:`TrainError` names the missing ones.
 
+A task is on a TPU slice when Corral gave it ``TPU_WORKER_ID`` or ``TPU_ACCELERATOR_TYPE``,
+or ``PJRT_DEVICE=TPU`` is set: then the process group is torch_xla's "xla" backend with the
+``xla://`` init method (PJRT finds the slice's hosts itself) and the device is the XLA device.
+
 The initialised state is per process (a process has one process group), so it lives in this
 module; a second call returns the same :class:`TrainInfo`.
-
-TODO(issue 6): XLA/TPU (PJRT) initialisation from ``TPU_WORKER_ID`` and friends.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ from corral.errors import TrainError
 log = logging.getLogger("corral.train")
 
 REQUIRED = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+TPU_MARKERS = ("TPU_WORKER_ID", "TPU_ACCELERATOR_TYPE")
+XLA_INSTALL = "torch_xla[tpu]"
 
 
 @dataclass(frozen=True)
@@ -61,8 +65,8 @@ class TrainInfo:
     rank: int
     world_size: int
     local_rank: int
-    backend: str | None  # "nccl", "gloo", "jax", or None for a single process
-    device: str  # "cuda:N" or "cpu"
+    backend: str | None  # "nccl", "gloo", "xla", "jax", or None for a single process
+    device: str  # "cuda:N", "xla:N" or "cpu"
 
     @property
     def is_main(self) -> bool:
@@ -120,10 +124,22 @@ def current() -> TrainInfo | None:
 
 
 def _import(name: str, install: str) -> ModuleType:
+    top = name.split(".")[0]
     try:
         return importlib.import_module(name)
-    except ImportError:
-        raise TrainError(f"{name} is not installed (pip install {install})") from None
+    except ImportError as exc:
+        missing = getattr(exc, "name", None)
+        if isinstance(exc, ModuleNotFoundError) and missing and missing.split(".")[0] != top:
+            raise TrainError(f"cannot import {name}: {exc}") from None  # a dependency of it
+        raise TrainError(f"{top} is not installed (pip install '{install}')") from None
+
+
+def on_tpu(env: Mapping[str, str] | None = None) -> bool:
+    """Whether this task runs on a TPU slice (Corral's TPU variables, or PJRT_DEVICE=TPU)."""
+    env = os.environ if env is None else env
+    return any(env.get(name, "") != "" for name in TPU_MARKERS) or (
+        env.get("PJRT_DEVICE", "").upper() == "TPU"
+    )
 
 
 def cuda_index(torch: Any, local_rank: int, local_world_size: int) -> int:
@@ -144,13 +160,17 @@ def init_distributed(
 ) -> TrainInfo:
     """Initialise torch.distributed from the environment; idempotent.
 
-    ``backend`` defaults to "nccl" when CUDA is available, else "gloo". Sets the CUDA device
-    from LOCAL_RANK. With WORLD_SIZE=1 no process group is created.
+    ``backend`` defaults to "xla" on a TPU slice (see :func:`on_tpu`), else "nccl" when CUDA
+    is available, else "gloo". Sets the CUDA device from LOCAL_RANK. With WORLD_SIZE=1 no
+    process group is created.
     """
     global _info
     if _info is not None:
         return _info
     spec = parse_env(env)
+    if backend == "xla" or (backend is None and on_tpu(env)):
+        _info = _init_xla(spec, timeout)
+        return _info
     try:
         torch = importlib.import_module("torch")
     except ImportError:
@@ -177,19 +197,48 @@ def init_distributed(
     chosen = backend or ("nccl" if cuda else "gloo")
     if chosen == "nccl" and not cuda:
         raise TrainError("backend nccl needs CUDA, which is not available here")
-    kwargs: dict[str, Any] = {}
-    if timeout is not None:
-        kwargs["timeout"] = timeout
     dist.init_process_group(
         chosen,
         init_method=f"tcp://{spec.coordinator_address}",
         rank=spec.rank,
         world_size=spec.world_size,
-        **kwargs,
+        **_timeout(timeout),
     )
     log.info("rank %d/%d joined the %s process group", spec.rank, spec.world_size, chosen)
     _info = TrainInfo(spec.rank, spec.world_size, spec.local_rank, chosen, device)
     return _info
+
+
+def _timeout(timeout: timedelta | None) -> dict[str, Any]:
+    return {} if timeout is None else {"timeout": timeout}
+
+
+def _init_xla(spec: DistEnv, timeout: timedelta | None) -> TrainInfo:
+    """The "xla" process group through PJRT (torch_xla), ranks as the runtime numbers them."""
+    _import("torch_xla", XLA_INSTALL)
+    _import("torch_xla.distributed.xla_backend", XLA_INSTALL)  # registers the "xla" backend
+    xm = _import("torch_xla.core.xla_model", XLA_INSTALL)
+    os.environ.setdefault("PJRT_DEVICE", "TPU")  # read when the runtime starts, not on import
+    dist = importlib.import_module("torch.distributed")
+    device = str(xm.xla_device())
+    if dist.is_initialized():
+        return TrainInfo(
+            dist.get_rank(), dist.get_world_size(), spec.local_rank, dist.get_backend(), device
+        )
+    if spec.world_size == 1:
+        return TrainInfo(0, 1, spec.local_rank, None, device)
+    dist.init_process_group("xla", init_method="xla://", **_timeout(timeout))
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    if (rank, world_size) != (spec.rank, spec.world_size):
+        log.warning(
+            "PJRT numbers this process %d/%d, the environment says %d/%d: using PJRT's",
+            rank,
+            world_size,
+            spec.rank,
+            spec.world_size,
+        )
+    log.info("rank %d/%d joined the xla process group on %s", rank, world_size, device)
+    return TrainInfo(rank, world_size, spec.local_rank, "xla", device)
 
 
 def init_jax_distributed(
@@ -235,6 +284,11 @@ def shutdown() -> None:
         # Leave together: a rank tearing down while another still talks to it aborts gloo.
         dist.barrier()
         dist.destroy_process_group()
+
+
+def jax_module() -> Any:
+    """The jax module :func:`init_jax_distributed` used, or None."""
+    return _jax
 
 
 def distributed_ready() -> Any:

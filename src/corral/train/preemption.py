@@ -3,8 +3,9 @@
 Corral (and torchrun) send SIGTERM to every task, then SIGKILL after CORRAL_GRACE_PERIOD
 seconds. A loop that calls ``should_stop()`` once per step stops at the same step on every
 rank, even when only some ranks got the signal: the ranks combine their flags with one
-all_reduce (MAX) when a process group of more than one rank exists. So every rank must call
-it at the same points of the loop, like any other collective.
+collective (an all_reduce MAX in torch.distributed, a ``process_allgather`` in JAX) when a
+group of more than one rank exists. So every rank must call it at the same points of the
+loop, like any other collective.
 
 Chaining: a previous Python handler (someone else's) is still called on every signal. A
 second SIGINT falls back to the previous SIGINT behaviour (KeyboardInterrupt by default), so
@@ -13,7 +14,6 @@ Ctrl-C twice still interrupts a stuck job; a second SIGTERM only logs.
 
 from __future__ import annotations
 
-import importlib
 import logging
 import signal
 import threading
@@ -22,7 +22,7 @@ from types import FrameType
 from typing import Any
 
 from corral.errors import TrainError
-from corral.train import env as _env
+from corral.train import collective
 
 log = logging.getLogger("corral.train")
 
@@ -92,20 +92,12 @@ def stop_requested() -> bool:
 
 
 def should_stop() -> bool:
-    """True when any rank was asked to stop; one all_reduce when a process group exists."""
+    """True when any rank was asked to stop; one collective when a group of ranks exists."""
     local = _stop.event.is_set()
-    dist = _env.distributed_ready()
-    if dist is None:
+    group = collective.current()
+    if group is None:
         return local
-    torch = importlib.import_module("torch")
-    info = _env.current()
-    if dist.get_backend() == "nccl":
-        device = info.device if info is not None and info.device != "cpu" else "cuda"
-    else:
-        device = "cpu"
-    flag = torch.tensor([1 if local else 0], dtype=torch.int32, device=device)
-    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-    agreed = bool(flag.item())
+    agreed = group.any(local)
     if agreed and not local:
         log.warning("another rank was asked to stop: stopping too")
         _stop.event.set()
