@@ -1,4 +1,4 @@
-"""Cluster commands: up, down, server, agent, nodes, queues, drain, undrain."""
+"""Cluster commands: up, down, server, agent, status, nodes, queues, drain, undrain."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from typing import Annotated
 import typer
 
 from corral.cli.common import Output, OutputOpt, ServerOpt, TokenOpt, client, console, print_json
-from corral.cli.render import nodes_table, queues_table
+from corral.cli.render import nodes_table, queues_table, replicas_table
 from corral.client.config import DEFAULT_PORT, corral_home, resolve_join_token, resolve_servers
-from corral.errors import ValidationError
+from corral.errors import ConnectionFailedError, ValidationError
 
 app = typer.Typer()
 
@@ -123,14 +123,31 @@ def server(
     sync_interval: Annotated[
         float, typer.Option("--sync-interval", help="seconds between agent syncs")
     ] = 2.0,
+    lease_ttl: Annotated[
+        float,
+        typer.Option(
+            "--lease-ttl",
+            help="seconds the scheduler leader's lease lasts unrenewed (replicas take over "
+            "after it)",
+        ),
+    ] = 4.0,
+    advertise: Annotated[
+        str | None,
+        typer.Option(help="URL other replicas and clients reach this one at (shown in health)"),
+    ] = None,
 ) -> None:
-    """The control plane alone (REST API, state, scheduling loop)."""
+    """The control plane alone (REST API, state, scheduling loop).
+
+    Several replicas may share one database (PostgreSQL, or a SQLite file on one host):
+    all serve the API and one, elected through the database, runs the scheduling loop."""
     from corral.server.app import serve
     from corral.server.context import ServerSettings
 
     home = corral_home()
     if config is not None and not config.is_file():
         raise ValidationError(f"--config: no such file {config}")
+    if lease_ttl < 1:
+        raise ValidationError(f"--lease-ttl: at least 1 second, got {lease_ttl:g}")
     serve(
         ServerSettings(
             db_url=db or f"sqlite:///{home / 'corral.db'}",
@@ -140,6 +157,8 @@ def server(
             config_path=config,
             node_timeout=node_timeout,
             sync_interval=sync_interval,
+            lease_ttl=lease_ttl,
+            advertise=advertise,
         )
     )
 
@@ -236,6 +255,20 @@ def nodes(
         console.print("no nodes registered (start agents with `corral agent` or `corral up`)")
     else:
         console.print(nodes_table(found, time.time()))
+
+
+@app.command()
+def status(
+    server: ServerOpt = None, token: TokenOpt = None, output: OutputOpt = Output.table
+) -> None:
+    """Each server replica: reachable, version, and which one leads the scheduling loop."""
+    found = client(server, token).replicas()
+    if output is Output.json:
+        print_json({"replicas": found})
+    else:
+        console.print(replicas_table(found))
+    if not any(r.reachable for r in found):
+        raise ConnectionFailedError(f"no server reachable at {', '.join(r.address for r in found)}")
 
 
 @app.command()

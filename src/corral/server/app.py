@@ -17,6 +17,7 @@ from corral.schemas.config import load_config
 from corral.server.context import Context, ServerSettings
 from corral.server.db.engine import make_engine, migrate, session_factory
 from corral.server.errors import install_error_handlers
+from corral.server.leader import Leadership
 from corral.server.loop import ControlLoop
 from corral.server.routers import agent, cluster, jobs
 from corral.server.services.auth import TokenService
@@ -31,11 +32,13 @@ def build_context(settings: ServerSettings) -> Context:
     config = load_config(text, str(settings.config_path or "scheduler config"))
     engine = make_engine(settings.db_url)
     migrate(engine)
+    sessions = session_factory(engine)
     ctx = Context(
-        sessions=session_factory(engine),
+        sessions=sessions,
         config=config,
         profile=build_profile(config),
         settings=settings,
+        leadership=Leadership(sessions, settings.url, ttl=settings.lease_ttl),
     )
     TokenService(ctx).bootstrap()
     return ctx
@@ -47,7 +50,7 @@ def create_app(ctx: Context, run_loop: bool = True) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         ctx.watch.bind(asyncio.get_running_loop())
-        loop = ControlLoop(ctx) if run_loop else None
+        loop = ControlLoop(ctx, ctx.leadership) if run_loop and ctx.leadership else None
         if loop:
             loop.start()
         try:

@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from corral.scheduling.config import SchedulerConfig
 from corral.scheduling.framework import Profile
+from corral.server.leader import Leadership
 from corral.server.services.catalog import NodeCatalog
 from corral.server.watch import NodeWatch
 
@@ -26,6 +27,12 @@ class ServerSettings:
     node_timeout: float = 30.0  # seconds without a sync before a node is lost
     sync_interval: float = 2.0  # how often agents sync
     log_chunk_limit: int = 1 << 20  # bytes per log response
+    lease_ttl: float = 4.0  # seconds the scheduler leader's lease lasts without renewal
+    advertise: str | None = None  # the URL other parties reach this replica at
+
+    @property
+    def url(self) -> str:
+        return self.advertise or f"http://{self.host}:{self.port}"
 
 
 @dataclass
@@ -39,6 +46,7 @@ class Context:
     wake_event: threading.Event = field(default_factory=threading.Event)
     catalog: NodeCatalog = field(default_factory=NodeCatalog)
     watch: NodeWatch = field(default_factory=NodeWatch)
+    leadership: Leadership | None = None  # this replica's side of the leader election
 
     def wake(self) -> None:
         """Ask the control loop for a scheduling cycle soon."""

@@ -151,3 +151,23 @@ class TokenRow(Base):
     secret_hash: Mapped[str] = mapped_column(String(64), unique=True)
     created_at: Mapped[float] = mapped_column(Float)
     revoked_at: Mapped[float | None] = mapped_column(Float)
+
+
+class LeaseRow(Base):
+    """The scheduler leader's lease (one row, ``name = "scheduler"``; ``server.leader``).
+
+    Taken and renewed with compare-and-swap updates; ``epoch`` grows by one with every new
+    holder, and every background write the leader makes first re-checks holder and epoch
+    in its own transaction (fencing). ``wakes`` counts requests from other replicas for a
+    scheduling cycle soon.
+    """
+
+    __tablename__ = "leases"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    holder: Mapped[str | None] = mapped_column(String(128))
+    address: Mapped[str | None] = mapped_column(String(253))
+    epoch: Mapped[int] = mapped_column(BigInteger, default=0)
+    acquired_at: Mapped[float] = mapped_column(Float, default=0.0)
+    expires_at: Mapped[float] = mapped_column(Float, default=0.0)
+    wakes: Mapped[int] = mapped_column(BigInteger, default=0)

@@ -1,0 +1,194 @@
+"""Leader election through the database, with fencing.
+
+Every replica serves the API; only the holder of the ``scheduler`` lease (a row of the
+``leases`` table) runs the control loop's background writes. The lease is taken and
+renewed with compare-and-swap updates, which work alike on PostgreSQL and on a SQLite
+file shared by replicas on one host:
+
+- take over: ``holder := me, epoch := epoch + 1, expires_at := now + ttl`` where the lease
+  is free or expired;
+- renew: ``expires_at := now + ttl`` where ``holder = me and epoch = mine``.
+
+A :class:`Term` is one holder's tenure (its epoch). Fencing: every background write
+transaction first calls :meth:`Term.fence`, an ``UPDATE`` of the lease row guarded by
+holder and epoch. It fails (``FencedError``, the transaction rolls back) once another
+replica took over, and otherwise it locks the row until the transaction ends (a row lock
+on PostgreSQL, the write lock on SQLite), so a takeover waits for the write to commit.
+A deposed leader (paused, partitioned, slow) therefore never applies a decision, however
+late it wakes up; clocks only decide *when* a lease counts as expired, never safety.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session, sessionmaker
+
+from corral.errors import FencedError
+from corral.server.db.models import LeaseRow
+
+log = logging.getLogger("corral.server")
+LEASE = "scheduler"
+DEFAULT_TTL = 4.0  # seconds a lease lasts without renewal
+
+
+@dataclass(frozen=True)
+class LeaseState:
+    """The lease as stored; ``holder`` is None before anyone took it."""
+
+    holder: str | None
+    address: str | None
+    epoch: int
+    acquired_at: float
+    expires_at: float
+
+
+@dataclass(frozen=True)
+class Term:
+    """One replica's tenure as leader: the lease holder and epoch it acquired."""
+
+    holder: str
+    epoch: int
+
+    def fence(self, session: Session) -> None:
+        """Verify, inside the caller's transaction and before its first write, that this
+        term still holds the lease, and lock the lease until that transaction ends.
+
+        Raises ``FencedError`` when another replica took the lease over.
+        """
+        result = session.execute(
+            update(LeaseRow)
+            .where(
+                LeaseRow.name == LEASE, LeaseRow.holder == self.holder, LeaseRow.epoch == self.epoch
+            )
+            .values(epoch=LeaseRow.epoch)
+            .execution_options(synchronize_session=False)
+        )
+        if result.rowcount != 1:
+            raise FencedError(f"leader epoch {self.epoch} was taken over by another replica")
+
+
+class Leadership:
+    """This replica's side of the election: take, renew, and give up the lease."""
+
+    def __init__(
+        self,
+        sessions: sessionmaker[Session],
+        address: str,
+        ttl: float = DEFAULT_TTL,
+        clock: Callable[[], float] = time.time,
+        replica_id: str | None = None,
+    ) -> None:
+        self.sessions = sessions
+        self.address = address
+        self.ttl = ttl
+        self.clock = clock
+        self.replica_id = replica_id or f"{address}#{uuid.uuid4().hex[:8]}"
+        self.term: Term | None = None
+        self._seen_wakes: int | None = None
+
+    @property
+    def is_leader(self) -> bool:
+        return self.term is not None
+
+    def step(self) -> Term | None:
+        """Renew the lease if this replica holds it, else take it if it is free or expired.
+
+        Returns the current term (None while another replica leads). Logs every change.
+        """
+        now = self.clock()
+        if self.term is not None:
+            with self.sessions.begin() as session:
+                renewed = session.execute(
+                    update(LeaseRow)
+                    .where(
+                        LeaseRow.name == LEASE,
+                        LeaseRow.holder == self.term.holder,
+                        LeaseRow.epoch == self.term.epoch,
+                    )
+                    .values(expires_at=now + self.ttl)
+                    .execution_options(synchronize_session=False)
+                ).rowcount
+            if renewed == 1:
+                return self.term
+            log.warning("lost the leader lease (epoch %d); now a follower", self.term.epoch)
+            self.term = None
+        state = self.read()
+        if state.holder is not None and state.expires_at >= now:
+            return None
+        with self.sessions.begin() as session:
+            taken = session.execute(
+                update(LeaseRow)
+                .where(
+                    LeaseRow.name == LEASE,
+                    LeaseRow.epoch == state.epoch,  # nobody took it since we read it
+                    LeaseRow.expires_at < now,
+                )
+                .values(
+                    holder=self.replica_id,
+                    address=self.address,
+                    epoch=state.epoch + 1,
+                    acquired_at=now,
+                    expires_at=now + self.ttl,
+                )
+                .execution_options(synchronize_session=False)
+            ).rowcount
+        if taken != 1:
+            return None
+        self.term = Term(self.replica_id, state.epoch + 1)
+        before = f"from {state.holder} " if state.holder else ""
+        log.warning(
+            "became the scheduler leader (epoch %d, took over %s%.1fs after its lease expired)",
+            self.term.epoch,
+            before,
+            now - state.expires_at if state.holder else 0.0,
+        )
+        return self.term
+
+    def resign(self) -> None:
+        """Give the lease up at once (a clean shutdown), so another replica need not wait
+        for it to expire."""
+        if self.term is None:
+            return
+        with self.sessions.begin() as session:
+            session.execute(
+                update(LeaseRow)
+                .where(
+                    LeaseRow.name == LEASE,
+                    LeaseRow.holder == self.term.holder,
+                    LeaseRow.epoch == self.term.epoch,
+                )
+                .values(expires_at=0.0)
+                .execution_options(synchronize_session=False)
+            )
+        log.info("gave up the leader lease (epoch %d)", self.term.epoch)
+        self.term = None
+
+    def read(self) -> LeaseState:
+        with self.sessions() as session:
+            row = session.scalars(select(LeaseRow).where(LeaseRow.name == LEASE)).one()
+            return LeaseState(row.holder, row.address, row.epoch, row.acquired_at, row.expires_at)
+
+    # -- wakes: a follower asks the leader for a scheduling cycle soon -----------------
+
+    def request_wake(self) -> None:
+        """Ask whichever replica leads for a cycle soon (called by followers)."""
+        with self.sessions.begin() as session:
+            session.execute(
+                update(LeaseRow)
+                .where(LeaseRow.name == LEASE)
+                .values(wakes=LeaseRow.wakes + 1)
+                .execution_options(synchronize_session=False)
+            )
+
+    def woken(self) -> bool:
+        """Whether a follower asked for a cycle since the last call (polled by the leader)."""
+        with self.sessions() as session:
+            wakes = session.scalar(select(LeaseRow.wakes).where(LeaseRow.name == LEASE))
+        seen, self._seen_wakes = self._seen_wakes, wakes
+        return seen is not None and wakes != seen
