@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from corral.errors import FencedError
+from corral.errors import FencedError, UnschedulableError
 from corral.schemas.agent import DeviceIn, RegisterRequest
 from corral.schemas.manifest import parse_manifest
 from corral.server.app import build_context
@@ -152,3 +152,25 @@ def test_follower_wakes_reach_the_leader(ctx: Context) -> None:
     assert not a.woken()  # the first look only learns the count
     b.request_wake()
     assert a.woken() and not a.woken()
+
+
+def test_a_replica_accepts_jobs_for_a_node_another_replica_just_registered(
+    ctx: Context, tmp_path: Path
+) -> None:
+    other = build_context(ServerSettings(db_url=ctx.settings.db_url, home=tmp_path / "other"))
+    try:
+        with pytest.raises(UnschedulableError):
+            submit(other, gpus=4)  # its inventory now caches node-a's 2 GPUs
+        NodeService(ctx).register(
+            RegisterRequest(
+                name="node-b",
+                agent_id="agent-2",
+                address="127.0.0.1",
+                devices=[DeviceIn(index=i, model="H100", memory=80 * 10**9) for i in range(4)],
+                cpus=32,
+                memory=256 * 10**9,
+            )
+        )
+        assert state(other, submit(other, gpus=4)) == "pending"
+    finally:
+        other.sessions.kw["bind"].dispose()
