@@ -7,6 +7,7 @@ moves, so that lease expiry needs no waiting.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from corral.schemas.manifest import parse_manifest
 from corral.server.app import build_context
 from corral.server.context import Context, ServerSettings
 from corral.server.db.models import JobRow, TaskRow
-from corral.server.leader import Leadership
+from corral.server.leader import Leadership, nudges
 from corral.server.services.jobs import JobService
 from corral.server.services.nodes import NodeService
 from corral.server.services.scheduler import apply_cycle, plan_cycle, run_cycle
@@ -144,14 +145,30 @@ def test_a_takeover_waits_for_the_fenced_write_in_flight(ctx: Context) -> None:
         run_cycle(ctx, term)
 
 
-def test_follower_wakes_reach_the_leader(ctx: Context) -> None:
+def test_wakes_reach_the_leader_and_its_changes_reach_the_followers(ctx: Context) -> None:
     clock = Clock()
     a, b = replicas(ctx, clock)
-    a.step()
+    term = a.step()
     b.step()
     assert not a.woken()  # the first look only learns the count
     b.request_wake()
     assert a.woken() and not a.woken()
+    before = b.last
+    submit(ctx)
+    run_cycle(ctx, term)  # places the job on node-a
+    b.step()
+    assert before is not None and b.last is not None
+    assert nudges(before, b.last) == {"node-a"}
+    assert nudges(b.last, b.last) == set()
+    run_cycle(ctx, term)  # nothing to place: nothing announced
+    submit(ctx, gpus=1)
+    assert nudges(before, b.read()) == {"node-a"}
+    # a lost node: any node's agent may have work to stop
+    ctx.clock = lambda: time.time() + ctx.settings.node_timeout + 1
+    ctx.started_at = 0.0
+    assert NodeService(ctx).check_liveness(term) == ["node-a"]
+    after = b.read()
+    assert nudges(b.last, after) is None and nudges(before, after) is None
 
 
 def test_a_replica_accepts_jobs_for_a_node_another_replica_just_registered(

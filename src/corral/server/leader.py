@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from sqlalchemy import select, update
@@ -46,6 +46,8 @@ class LeaseState:
     epoch: int
     acquired_at: float
     expires_at: float
+    changes: int = 0
+    changed_nodes: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,29 @@ class Term:
         if result.rowcount != 1:
             raise FencedError(f"leader epoch {self.epoch} was taken over by another replica")
 
+    def announce(self, session: Session, nodes: Collection[str] | None) -> None:
+        """Record, in the caller's fenced transaction, that what ``nodes`` (None: any node)
+        should run changed, so that the other replicas nudge the agents watching them."""
+        session.execute(
+            update(LeaseRow)
+            .where(LeaseRow.name == LEASE, LeaseRow.epoch == self.epoch)
+            .values(
+                changes=LeaseRow.changes + 1,
+                changed_nodes=None if nodes is None else sorted(nodes),
+            )
+            .execution_options(synchronize_session=False)
+        )
+
+
+def nudges(before: LeaseState, after: LeaseState) -> frozenset[str] | None:
+    """The nodes whose agents should sync, given two reads of the lease: none, those the
+    one change between them names, or None for any node (several changes, or unnamed)."""
+    if after.changes == before.changes:
+        return frozenset()
+    if after.changes == before.changes + 1 and after.changed_nodes is not None:
+        return frozenset(after.changed_nodes)
+    return None
+
 
 class Leadership:
     """This replica's side of the election: take, renew, and give up the lease."""
@@ -90,6 +115,7 @@ class Leadership:
         self.clock = clock
         self.replica_id = replica_id or f"{address}#{uuid.uuid4().hex[:8]}"
         self.term: Term | None = None
+        self.last: LeaseState | None = None  # as the last step() read it (followers)
         self._seen_wakes: int | None = None
 
     @property
@@ -118,7 +144,7 @@ class Leadership:
                 return self.term
             log.warning("lost the leader lease (epoch %d); now a follower", self.term.epoch)
             self.term = None
-        state = self.read()
+        state = self.last = self.read()
         if state.holder is not None and state.expires_at >= now:
             return None
         with self.sessions.begin() as session:
@@ -172,7 +198,16 @@ class Leadership:
     def read(self) -> LeaseState:
         with self.sessions() as session:
             row = session.scalars(select(LeaseRow).where(LeaseRow.name == LEASE)).one()
-            return LeaseState(row.holder, row.address, row.epoch, row.acquired_at, row.expires_at)
+            nodes = None if row.changed_nodes is None else tuple(row.changed_nodes)
+            return LeaseState(
+                row.holder,
+                row.address,
+                row.epoch,
+                row.acquired_at,
+                row.expires_at,
+                row.changes,
+                nodes,
+            )
 
     # -- wakes: a follower asks the leader for a scheduling cycle soon -----------------
 

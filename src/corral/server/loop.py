@@ -3,7 +3,8 @@
 One background thread per replica. Every replica takes part in the election
 (``server.leader``): the leader renews its lease every ``ttl / 4`` seconds, a follower
 checks every ``FOLLOWER_POLL`` seconds whether the lease expired and takes it over if so.
-Only the leader does the state-changing work, each write transaction fenced by its term:
+Only the leader does the state-changing work, each write transaction fenced by its term
+(and recording in the lease which nodes' agents should sync, for the other replicas):
 a cycle runs when something woke it (a submission, a task exit, a node change, on this
 replica or, through the lease row's ``wakes`` counter, on a follower) and at least every
 ``policy.interval``; liveness and time limits run every second.
@@ -16,7 +17,7 @@ import threading
 
 from corral.errors import FencedError
 from corral.server.context import Context
-from corral.server.leader import Leadership, Term
+from corral.server.leader import Leadership, LeaseState, Term, nudges
 from corral.server.services.nodes import NodeService
 from corral.server.services.scheduler import enforce_time_limits, run_cycle
 
@@ -24,7 +25,7 @@ log = logging.getLogger("corral.server")
 HOUSEKEEPING_PERIOD = 1.0
 MIN_CYCLE_GAP = 0.05
 WAKE_POLL = 0.1  # how often the leader looks for followers' wake requests
-FOLLOWER_POLL = 0.5  # how often a follower checks whether the lease expired
+FOLLOWER_POLL = 0.2  # how often a follower reads the lease (expiry, the leader's changes)
 
 
 class ControlLoop:
@@ -61,10 +62,12 @@ class ControlLoop:
             try:
                 if term is None or now - last_lease >= self.leadership.ttl / 4:
                     last_lease = now
-                    was = term
+                    was, before = term, self.leadership.last
                     term = self.leadership.step()
                     if term is not None and term != was:  # a new term: catch up at once
                         woke, last_housekeeping = True, 0.0
+                    if term is None:
+                        self._relay(before)
                 if term is None:
                     if woke:  # work arrived here: tell the leader
                         self.leadership.request_wake()
@@ -89,3 +92,15 @@ class ControlLoop:
             except Exception:  # a bad cycle (or a database outage) must not kill the loop
                 log.exception("control loop iteration failed")
             self._stop.wait(MIN_CYCLE_GAP)
+
+    def _relay(self, before: LeaseState | None) -> None:
+        """As a follower: nudge the agents watching this replica whose nodes the leader's
+        last writes changed."""
+        after = self.leadership.last
+        if before is None or after is None:
+            return
+        nodes = nudges(before, after)
+        if nodes is None:
+            self.ctx.watch.bump_all()
+        else:
+            self.ctx.watch.bump(nodes)

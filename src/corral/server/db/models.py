@@ -159,7 +159,8 @@ class LeaseRow(Base):
     Taken and renewed with compare-and-swap updates; ``epoch`` grows by one with every new
     holder, and every background write the leader makes first re-checks holder and epoch
     in its own transaction (fencing). ``wakes`` counts requests from other replicas for a
-    scheduling cycle soon.
+    scheduling cycle soon; ``changes`` counts the leader's writes that changed what agents
+    should run (on ``changed_nodes``), so that replicas nudge the agents watching them.
     """
 
     __tablename__ = "leases"
@@ -171,3 +172,5 @@ class LeaseRow(Base):
     acquired_at: Mapped[float] = mapped_column(Float, default=0.0)
     expires_at: Mapped[float] = mapped_column(Float, default=0.0)
     wakes: Mapped[int] = mapped_column(BigInteger, default=0)
+    changes: Mapped[int] = mapped_column(BigInteger, default=0)
+    changed_nodes: Mapped[list | None] = mapped_column(JSON)  # of the last change; None: any

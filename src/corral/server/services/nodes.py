@@ -249,6 +249,8 @@ class NodeService:
                 why = f"node {node.name} lost"
                 jobs |= self._lose_node_tasks(session, node.name, why, now, release=False)
                 lost.append(node.name)
+            if term is not None and lost:
+                term.announce(session, None)
         if lost:
             notify_jobs(self.ctx, jobs)
             self.ctx.wake()

@@ -81,6 +81,11 @@ def run_cycle(ctx: Context, term: Term | None = None) -> CycleResult:
         if term is not None:
             term.fence(session)
         placed, preempted = apply_cycle(ctx, session, plan)
+        nodes = {node for alloc in plan.decisions.placements for node in alloc.nodes}
+        victims = set(preempted)
+        nodes |= {t.node for t in plan.cluster.held if t.job_id in victims}
+        if term is not None and nodes:
+            term.announce(session, nodes)
     ctx.watch.bump({node for alloc in plan.decisions.placements for node in alloc.nodes})
     notify_jobs(ctx, preempted)
     return CycleResult(placed, len(plan.pending) - placed, ctx.clock() - plan.now)
@@ -279,5 +284,7 @@ def enforce_time_limits(ctx: Context, term: Term | None = None) -> list[int]:
             limit = format_duration(job.time_limit)
             move_job(session, job, JobState.FAILED, f"time limit {limit} exceeded", now)
             ended.append(job.id)
+        if term is not None and ended:
+            term.announce(session, None)
     notify_jobs(ctx, ended)
     return ended

@@ -24,12 +24,23 @@ def upgrade() -> None:
         sa.Column("acquired_at", sa.Float(), nullable=False),
         sa.Column("expires_at", sa.Float(), nullable=False),
         sa.Column("wakes", sa.BigInteger(), nullable=False),
+        sa.Column("changes", sa.BigInteger(), nullable=False),
+        sa.Column("changed_nodes", sa.JSON(), nullable=True),
         sa.PrimaryKeyConstraint("name"),
     )
     # The row exists from the start, so replicas only ever update it (no insert race).
     op.bulk_insert(
         leases,
-        [{"name": "scheduler", "epoch": 0, "acquired_at": 0.0, "expires_at": 0.0, "wakes": 0}],
+        [
+            {
+                "name": "scheduler",
+                "epoch": 0,
+                "acquired_at": 0.0,
+                "expires_at": 0.0,
+                "wakes": 0,
+                "changes": 0,
+            }
+        ],
     )
 
 
