@@ -68,6 +68,16 @@ class ReplicatedCluster(LocalCluster):
         proc.send_signal(signal.SIGKILL)
         proc.wait()
 
+    def pause_replica(self, i: int) -> None:
+        proc = self.replicas[i]
+        assert proc is not None
+        proc.send_signal(signal.SIGSTOP)
+
+    def resume_replica(self, i: int) -> None:
+        proc = self.replicas[i]
+        assert proc is not None
+        proc.send_signal(signal.SIGCONT)
+
     def start_agent(self, name: str, simulate: str = "8xH100", server: str | None = None) -> None:
         args = ["agent", "--server", server or self.url, "--name", name, "--simulate", simulate]
         self.agents[name] = self._spawn(args + ["--labels", f"host={name}"], f"agent-{name}.log")

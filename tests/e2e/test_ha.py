@@ -142,6 +142,18 @@ def test_leader_sigkill_under_submissions_loses_and_repeats_nothing(
             idle.append(placement_latency(client.get(job.id)))
             started.append(ran.started_at - ran.submitted_at)
     assert max(idle) < 5
+    # A paused leader (SIGSTOP) is deposed; resumed, it finds out and follows.
+    last = next(i for i in others if i != successor)
+    c.pause_replica(successor)
+    try:
+        wait_for(lambda: (h := c.health(last)) and h.leader, 15, "the last replica to lead")
+    finally:
+        c.resume_replica(successor)
+    wait_for(lambda: (h := c.health(successor)) and not h.leader, 15, "the old leader to follow")
+    with Client(c.urls[successor], token) as client:
+        job = client.submit({"command": "true", "resources": {"gpus": 1}})
+        assert client.wait(job.id, timeout=30)[0].state == "succeeded"
+    assert c.leaders() == [last]
     print(
         f"\nHA: takeover {takeover:.2f}s after SIGKILL (lease TTL {c.lease_ttl:g}s); "
         f"through a follower on an idle cluster: submit-to-placement p50 "
@@ -157,11 +169,10 @@ def test_agent_cut_off_and_reconnected_on_a_shared_sqlite_file(tmp_path: Path) -
     the old process stopped."""
     home = tmp_path / "home"
     c = ReplicatedCluster(home, f"sqlite:///{home / 'corral.db'}", node_timeout=2)
-    proxy = Proxy(0)
+    proxy = Proxy(c.ports[1])
     record = tmp_path / "runs.txt"
     try:
         c.start_server()
-        proxy.target = ("127.0.0.1", c.ports[1])
         proxy.restore()
         c.start_agent("node-a", "2xH100", server=proxy.url)
         c.wait_nodes("node-a")

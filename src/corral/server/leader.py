@@ -14,6 +14,9 @@ transaction first calls :meth:`Term.fence`, an ``UPDATE`` of the lease row guard
 holder and epoch. It fails (``FencedError``, the transaction rolls back) once another
 replica took over, and otherwise it locks the row until the transaction ends (a row lock
 on PostgreSQL, the write lock on SQLite), so a takeover waits for the write to commit.
+On PostgreSQL a fenced transaction left idle for a TTL (its process paused) is ended by the
+server, so a frozen leader cannot keep the lease locked; on SQLite a paused writer stalls
+every writer until it resumes (SIGKILL is fine: the OS drops its locks).
 A deposed leader (paused, partitioned, slow) therefore never applies a decision, however
 late it wakes up; clocks only decide *when* a lease counts as expired, never safety.
 """
@@ -26,7 +29,7 @@ import uuid
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
-from sqlalchemy import select, update
+from sqlalchemy import select, text, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from corral.errors import FencedError
@@ -56,13 +59,19 @@ class Term:
 
     holder: str
     epoch: int
+    hold_limit: float = DEFAULT_TTL  # seconds a fenced transaction may sit idle
 
     def fence(self, session: Session) -> None:
         """Verify, inside the caller's transaction and before its first write, that this
         term still holds the lease, and lock the lease until that transaction ends.
 
-        Raises ``FencedError`` when another replica took the lease over.
+        Raises ``FencedError`` when another replica took the lease over. On PostgreSQL the
+        transaction is also ended by the server if it sits idle for ``hold_limit`` seconds
+        (this process paused or stuck), so a frozen leader cannot hold the lease locked.
         """
+        if session.get_bind().dialect.name == "postgresql":
+            limit = max(1, int(self.hold_limit * 1000))
+            session.execute(text(f"SET LOCAL idle_in_transaction_session_timeout = {limit}"))
         result = session.execute(
             update(LeaseRow)
             .where(
@@ -166,7 +175,7 @@ class Leadership:
             ).rowcount
         if taken != 1:
             return None
-        self.term = Term(self.replica_id, state.epoch + 1)
+        self.term = Term(self.replica_id, state.epoch + 1, self.ttl)
         before = f"from {state.holder} " if state.holder else ""
         log.warning(
             "became the scheduler leader (epoch %d, took over %s%.1fs after its lease expired)",
@@ -175,6 +184,11 @@ class Leadership:
             now - state.expires_at if state.holder else 0.0,
         )
         return self.term
+
+    def deposed(self, term: Term) -> None:
+        """``term`` was fenced off: stop acting as leader (unless a newer term began)."""
+        if self.term == term:
+            self.term = None
 
     def resign(self) -> None:
         """Give the lease up at once (a clean shutdown), so another replica need not wait

@@ -1,8 +1,8 @@
 """The control loop: leader election, node liveness, time limits, and scheduling cycles.
 
-One background thread per replica. Every replica takes part in the election
-(``server.leader``): the leader renews its lease every ``ttl / 4`` seconds, a follower
-checks every ``FOLLOWER_POLL`` seconds whether the lease expired and takes it over if so.
+Every replica takes part in the election (``server.leader``): the leader renews its lease
+every ``ttl / 4`` seconds, a follower reads it every ``FOLLOWER_POLL`` seconds and takes it
+over once it expired.
 Only the leader does the state-changing work, each write transaction fenced by its term
 (and recording in the lease which nodes' agents should sync, for the other replicas):
 a cycle runs when something woke it (a submission, a task exit, a node change, on this
@@ -29,69 +29,49 @@ FOLLOWER_POLL = 0.2  # how often a follower reads the lease (expiry, the leader'
 
 
 class ControlLoop:
+    """Two threads: the election (take or renew the lease; as a follower, relay the
+    leader's changes to the agents watching this replica) and the control work, which runs
+    only while this replica holds the lease. Kept apart so that a long cycle never delays a
+    renewal (a renewal only waits for the fenced write in flight)."""
+
     def __init__(self, ctx: Context, leadership: Leadership) -> None:
         self.ctx = ctx
         self.leadership = leadership
         self.nodes = NodeService(ctx)
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="corral-control", daemon=True)
+        self._last_cycle = self._last_housekeeping = 0.0
+        self._threads = [
+            threading.Thread(target=self._elect, name="corral-election", daemon=True),
+            threading.Thread(target=self._run, name="corral-control", daemon=True),
+        ]
 
     def start(self) -> None:
-        self._thread.start()
+        for thread in self._threads:
+            thread.start()
 
     def stop(self) -> None:
         self._stop.set()
         self.ctx.wake()
-        self._thread.join(timeout=10)
+        for thread in reversed(self._threads):
+            thread.join(timeout=10)
         try:
             self.leadership.resign()
         except Exception:  # the database may be gone; the lease then simply expires
             log.exception("could not give up the leader lease")
 
-    def _run(self) -> None:
-        interval = self.ctx.config.policy.interval
-        last_cycle = last_housekeeping = last_lease = 0.0
-        term: Term | None = None
+    def _elect(self) -> None:
         while not self._stop.is_set():
-            poll = WAKE_POLL if term else min(FOLLOWER_POLL, self.leadership.ttl / 4)
-            woke = self.ctx.wake_event.wait(timeout=min(interval, HOUSEKEEPING_PERIOD, poll))
-            if self._stop.is_set():
-                break
-            self.ctx.wake_event.clear()
-            now = self.ctx.clock()
+            was, before = self.leadership.term, self.leadership.last
             try:
-                if term is None or now - last_lease >= self.leadership.ttl / 4:
-                    last_lease = now
-                    was, before = term, self.leadership.last
-                    term = self.leadership.step()
-                    if term is not None and term != was:  # a new term: catch up at once
-                        woke, last_housekeeping = True, 0.0
-                    if term is None:
-                        self._relay(before)
+                term = self.leadership.step()
                 if term is None:
-                    if woke:  # work arrived here: tell the leader
-                        self.leadership.request_wake()
-                    continue
-                woke = self.leadership.woken() or woke
-                if now - last_housekeeping >= HOUSEKEEPING_PERIOD:
-                    last_housekeeping = now
-                    for name in self.nodes.check_liveness(term):
-                        log.warning("node %s lost", name)
-                    if enforce_time_limits(self.ctx, term):
-                        woke = True
-                if woke or now - last_cycle >= interval:
-                    last_cycle = now
-                    result = run_cycle(self.ctx, term)
-                    if result.placed:
-                        log.info(
-                            "cycle placed %d job(s), %d pending", result.placed, result.pending
-                        )
-            except FencedError as exc:
-                log.warning("deposed: %s; nothing was applied", exc)
-                self.leadership.term = term = None
-            except Exception:  # a bad cycle (or a database outage) must not kill the loop
-                log.exception("control loop iteration failed")
-            self._stop.wait(MIN_CYCLE_GAP)
+                    self._relay(before)
+                elif term != was:
+                    self.ctx.wake()  # a new term: catch up at once
+            except Exception:  # e.g. the database restarting: try again
+                log.exception("leader election step failed")
+            period = self.leadership.ttl / 4
+            self._stop.wait(period if self.leadership.is_leader else min(period, FOLLOWER_POLL))
 
     def _relay(self, before: LeaseState | None) -> None:
         """As a follower: nudge the agents watching this replica whose nodes the leader's
@@ -104,3 +84,47 @@ class ControlLoop:
             self.ctx.watch.bump_all()
         else:
             self.ctx.watch.bump(nodes)
+
+    def _run(self) -> None:
+        seen: Term | None = None
+        while not self._stop.is_set():
+            poll = WAKE_POLL if self.leadership.is_leader else FOLLOWER_POLL
+            limit = min(self.ctx.config.policy.interval, HOUSEKEEPING_PERIOD, poll)
+            woke = self.ctx.wake_event.wait(timeout=limit)
+            if self._stop.is_set():
+                break
+            self.ctx.wake_event.clear()
+            term = self.leadership.term
+            try:
+                if term is None:
+                    if woke:  # work arrived here: tell the leader (at most once a gap)
+                        self.leadership.request_wake()
+                else:
+                    if term != seen:  # a new term: catch up at once
+                        self._last_cycle = self._last_housekeeping = 0.0
+                        woke = True
+                    self._lead(term, woke)
+            except FencedError as exc:
+                log.warning("deposed: %s; nothing was applied", exc)
+                if term is not None:
+                    self.leadership.deposed(term)
+            except Exception:  # a bad cycle (or a database outage) must not kill the loop
+                log.exception("control loop iteration failed")
+            seen = term
+            self._stop.wait(MIN_CYCLE_GAP)
+
+    def _lead(self, term: Term, woke: bool) -> None:
+        """The leader's work, every write fenced by ``term``."""
+        now = self.ctx.clock()
+        woke = self.leadership.woken() or woke
+        if now - self._last_housekeeping >= HOUSEKEEPING_PERIOD:
+            self._last_housekeeping = now
+            for name in self.nodes.check_liveness(term):
+                log.warning("node %s lost", name)
+            if enforce_time_limits(self.ctx, term):
+                woke = True
+        if woke or now - self._last_cycle >= self.ctx.config.policy.interval:
+            self._last_cycle = now
+            result = run_cycle(self.ctx, term)
+            if result.placed:
+                log.info("cycle placed %d job(s), %d pending", result.placed, result.pending)

@@ -1,7 +1,7 @@
 """The scheduling cycle in the control plane: load, call the pure scheduler, apply.
 
-Plan and apply happen in one transaction (the leader fences it between the two: see
-``server.leader``); placing a job is a guarded update
+A cycle plans in one transaction and applies in the next (fenced by the leader's term:
+see ``server.leader``); placing a job is a guarded update
 (``state = pending`` and the same attempt) so a job cancelled meanwhile is never started.
 """
 
@@ -74,18 +74,21 @@ class CyclePlan:
 
 
 def run_cycle(ctx: Context, term: Term | None = None) -> CycleResult:
-    """One scheduling cycle in one transaction: plan (reads only), then, fenced by
-    ``term`` when given (``FencedError`` if another replica took the lease over), apply."""
-    with ctx.sessions.begin() as session:
-        plan = plan_cycle(ctx, session)
-        if term is not None:
-            term.fence(session)
-        placed, preempted = apply_cycle(ctx, session, plan)
-        nodes = {node for alloc in plan.decisions.placements for node in alloc.nodes}
-        victims = set(preempted)
-        nodes |= {t.node for t in plan.cluster.held if t.job_id in victims}
-        if term is not None and nodes:
-            term.announce(session, nodes)
+    """One scheduling cycle: plan (reads only), then apply in a second, short transaction,
+    fenced by ``term`` when given (``FencedError`` if another replica took the lease over),
+    so the lease stays locked only while the decisions are written."""
+    with ctx.sessions() as session:
+        with session.begin():
+            plan = plan_cycle(ctx, session)
+        with session.begin():
+            if term is not None:
+                term.fence(session)
+            placed, preempted = apply_cycle(ctx, session, plan)
+            nodes = {node for alloc in plan.decisions.placements for node in alloc.nodes}
+            victims = set(preempted)
+            nodes |= {t.node for t in plan.cluster.held if t.job_id in victims}
+            if term is not None and nodes:
+                term.announce(session, nodes)
     ctx.watch.bump({node for alloc in plan.decisions.placements for node in alloc.nodes})
     notify_jobs(ctx, preempted)
     return CycleResult(placed, len(plan.pending) - placed, ctx.clock() - plan.now)
