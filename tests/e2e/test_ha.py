@@ -177,7 +177,7 @@ def test_agent_cut_off_and_reconnected_on_a_shared_sqlite_file(tmp_path: Path) -
         c.start_agent("node-a", "2xH100", server=proxy.url)
         c.wait_nodes("node-a")
         client = c.client()
-        command = f'echo "start $CORRAL_ATTEMPT $(date +%s.%N)" >> {record}; sleep 4'
+        command = f'echo "start $CORRAL_ATTEMPT $(date +%s.%N)" >> {record}; sleep 1.5'
         job = client.submit(
             {"command": command, "resources": {"gpus": 2}, "node_selector": {"host": "node-a"}}
         )
