@@ -176,13 +176,11 @@ class Leadership:
         if taken != 1:
             return None
         self.term = Term(self.replica_id, state.epoch + 1, self.ttl)
-        before = f"from {state.holder} " if state.holder else ""
-        log.warning(
-            "became the scheduler leader (epoch %d, took over %s%.1fs after its lease expired)",
-            self.term.epoch,
-            before,
-            now - state.expires_at if state.holder else 0.0,
-        )
+        if state.holder is None or state.expires_at <= 0:  # never held, or given up
+            how = "the lease was free"
+        else:
+            how = f"took over from {state.holder} {now - state.expires_at:.1f}s after it expired"
+        log.warning("became the scheduler leader (epoch %d; %s)", self.term.epoch, how)
         return self.term
 
     def deposed(self, term: Term) -> None:
