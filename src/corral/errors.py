@@ -54,6 +54,12 @@ class PermissionDeniedError(CorralError):
     code = "forbidden"
 
 
+class FencedError(ConflictError):
+    """A replica acted on a leader lease that another replica has since taken over."""
+
+    code = "fenced"
+
+
 class ConnectionFailedError(CorralError):
     """The client could not reach any server address."""
 
@@ -75,6 +81,7 @@ ERRORS_BY_CODE: dict[str, type[CorralError]] = {
         UnschedulableError,
         NotFoundError,
         ConflictError,
+        FencedError,
         AuthenticationError,
         PermissionDeniedError,
         ConnectionFailedError,

@@ -120,6 +120,8 @@ class Agent:
                         self._token = None
                     else:
                         log.warning("sync failed: %s", _msg(exc))
+                        if exc.response.status_code >= 500:  # e.g. its database is gone
+                            self._server_index += 1  # (a sync is safe to repeat anywhere)
                     self._stop.wait(backoff)
                     backoff = min(MAX_BACKOFF, backoff * 2)
                 except httpx.TransportError as exc:

@@ -1,4 +1,4 @@
-"""Cluster commands: up, down, server, agent, nodes, queues, drain, undrain."""
+"""Cluster commands: up, down, server, agent, status, nodes, queues, drain, undrain."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from corral.cli.common import Output, OutputOpt, ServerOpt, TokenOpt, client, console, print_json
-from corral.cli.render import nodes_table, queues_table
+from corral.cli.render import nodes_table, queues_table, replicas_table
 from corral.client.config import (
     DEFAULT_PORT,
     TOKEN_FILE,
@@ -20,7 +20,7 @@ from corral.client.config import (
     resolve_join_token,
     resolve_servers,
 )
-from corral.errors import ValidationError
+from corral.errors import ConnectionFailedError, ValidationError
 
 app = typer.Typer()
 
@@ -144,8 +144,23 @@ def server(
             help="GPU telemetry kept in memory: AGE[/RESOLUTION], e.g. 1h/10s (the default)",
         ),
     ] = "1h/10s",
+    lease_ttl: Annotated[
+        float,
+        typer.Option(
+            "--lease-ttl",
+            help="seconds the scheduler leader's lease lasts unrenewed (replicas take over "
+            "after it)",
+        ),
+    ] = 4.0,
+    advertise: Annotated[
+        str | None,
+        typer.Option(help="URL other replicas and clients reach this one at (shown in health)"),
+    ] = None,
 ) -> None:
-    """The control plane alone (REST API, state, scheduling loop)."""
+    """The control plane alone (REST API, state, scheduling loop).
+
+    Several replicas may share one database (PostgreSQL, or a SQLite file on one host):
+    all serve the API and one, elected through the database, runs the scheduling loop."""
     from corral.core.units import parse_duration
     from corral.server.app import serve
     from corral.server.context import ServerSettings
@@ -160,6 +175,8 @@ def server(
         raise ValidationError(f"--telemetry-retention: {exc}") from None
     if age <= 0:
         raise ValidationError("--telemetry-retention: the age must be positive")
+    if lease_ttl < 1:
+        raise ValidationError(f"--lease-ttl: at least 1 second, got {lease_ttl:g}")
     serve(
         ServerSettings(
             db_url=db or f"sqlite:///{home / 'corral.db'}",
@@ -172,6 +189,8 @@ def server(
             telemetry_max_age=age,
             telemetry_resolution=step,
             telemetry_max_samples=int(age / step) + 2 if step > 0 else 100_000,
+            lease_ttl=lease_ttl,
+            advertise=advertise,
         )
     )
 
@@ -269,6 +288,20 @@ def nodes(
         console.print("no nodes registered (start agents with `corral agent` or `corral up`)")
     else:
         console.print(nodes_table(found, time.time()))
+
+
+@app.command()
+def status(
+    server: ServerOpt = None, token: TokenOpt = None, output: OutputOpt = Output.table
+) -> None:
+    """Each server replica: reachable, version, and which one leads the scheduling loop."""
+    found = client(server, token).replicas()
+    if output is Output.json:
+        print_json({"replicas": found})
+    else:
+        console.print(replicas_table(found))
+    if not any(r.reachable for r in found):
+        raise ConnectionFailedError(f"no server reachable at {', '.join(r.address for r in found)}")
 
 
 @app.command()

@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from corral.core.units import format_duration, format_size
-from corral.schemas.api import JobOut, NodeOut, QueueOut, TokenOut
+from corral.schemas.api import JobOut, NodeOut, QueueOut, ReplicaHealth, TokenOut
 
 STATE_STYLE = {
     "pending": "yellow",
@@ -252,4 +252,18 @@ def tokens_table(tokens: list[TokenOut]) -> Table:
         table.add_column(col)
     for t in tokens:
         table.add_row(str(t.id), t.user, t.role, _when(t.created_at), _when(t.revoked_at))
+    return table
+
+
+def replicas_table(replicas: list[ReplicaHealth]) -> Table:
+    table = Table("SERVER", "STATUS", "VERSION", "ROLE", "LEADER", "EPOCH", box=None)
+    for r in replicas:
+        h = r.health
+        if h is None:
+            table.add_row(r.address, Text("unreachable", style="red"), "", "", "", "")
+            continue
+        role = Text("leader", style="bold green") if h.leader else Text("follower")
+        leader = h.leader_address or Text("none (election pending)", style="yellow")
+        epoch = "" if h.leader_epoch is None else str(h.leader_epoch)
+        table.add_row(r.address, h.status, h.version, role, leader, epoch)
     return table

@@ -14,6 +14,7 @@ Errors come back as the same typed ``corral.errors`` the server raised.
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ from corral.schemas.api import (
     LogOut,
     NodeOut,
     QueueOut,
+    ReplicaHealth,
     TelemetrySample,
     TokenOut,
     UsageOut,
@@ -39,6 +41,9 @@ from corral.schemas.api import (
 from corral.schemas.manifest import JobManifest, load_manifest, parse_manifest
 
 TERMINAL = ("succeeded", "failed", "cancelled")
+IDEMPOTENT_METHODS = ("GET", "HEAD", "PUT", "DELETE", "OPTIONS")
+# The request never reached the server: any request may go to the next replica.
+NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 
 
 class Client:
@@ -73,8 +78,16 @@ class Client:
 
     # -- low level -----------------------------------------------------------------
 
-    def request(self, method: str, path: str, **kwargs: Any) -> Any:
-        """One API call, failing over between replicas; raises typed ``CorralError``s."""
+    def request(self, method: str, path: str, idempotent: bool | None = None, **kwargs: Any) -> Any:
+        """One API call, failing over between replicas; raises typed ``CorralError``s.
+
+        A request that could not be sent goes to the next replica. One that failed after
+        it was sent (the replica died mid-request) is retried elsewhere only if it is
+        ``idempotent`` (by default: every method but POST), since the first replica may
+        have applied it; otherwise ``ConnectionFailedError`` says the outcome is unknown.
+        """
+        if idempotent is None:
+            idempotent = method.upper() in IDEMPOTENT_METHODS
         errors = []
         for i in range(len(self.servers)):
             index = (self._current + i) % len(self.servers)
@@ -83,6 +96,12 @@ class Client:
                 response = self._http.request(method, url, **kwargs)
             except httpx.TransportError as exc:
                 errors.append(f"{self.servers[index]} ({type(exc).__name__})")
+                if not idempotent and not isinstance(exc, NOT_SENT):
+                    raise ConnectionFailedError(
+                        f"{method} {path}: the connection to {self.servers[index]} broke "
+                        f"mid-request ({type(exc).__name__}); it may or may not have been "
+                        "applied"
+                    ) from exc
                 continue
             self._current = index
             return _decode(response)
@@ -96,7 +115,11 @@ class Client:
     def submit(self, manifest: JobManifest | dict | str | Path) -> JobOut:
         """Submit a manifest (model, mapping, YAML text or a path to a YAML file)."""
         body = _as_manifest(manifest).model_dump(mode="json", exclude_none=True)
-        return JobOut.model_validate(self.request("POST", "/jobs", json=body))
+        # One key for every try: a replica that stored the job before dying mid-request
+        # makes the retry on another replica return that job instead of a second one.
+        headers = {"Idempotency-Key": uuid.uuid4().hex}
+        answer = self.request("POST", "/jobs", idempotent=True, json=body, headers=headers)
+        return JobOut.model_validate(answer)
 
     def get(self, job_id: int) -> JobOut:
         return JobOut.model_validate(self.request("GET", f"/jobs/{job_id}"))
@@ -117,10 +140,14 @@ class Client:
         return AdviceOut.model_validate(self.request("GET", f"/jobs/{job_id}/advice")).hints
 
     def cancel(self, job_id: int) -> JobOut:
-        return JobOut.model_validate(self.request("POST", f"/jobs/{job_id}/cancel"))
+        return JobOut.model_validate(
+            self.request("POST", f"/jobs/{job_id}/cancel", idempotent=True)
+        )
 
     def preempt(self, job_id: int) -> JobOut:
-        return JobOut.model_validate(self.request("POST", f"/jobs/{job_id}/preempt"))
+        return JobOut.model_validate(
+            self.request("POST", f"/jobs/{job_id}/preempt", idempotent=True)
+        )
 
     def checkpoint(self, job_id: int, step: int | None = None, path: str | None = None) -> JobOut:
         """Report that the running job saved a complete checkpoint."""
@@ -188,14 +215,29 @@ class Client:
     def health(self) -> Health:
         return Health.model_validate(self.request("GET", "/health"))
 
+    def replicas(self) -> list[ReplicaHealth]:
+        """The health of every configured server address (replica), asked one by one."""
+        found = []
+        for address in self.servers:
+            try:
+                response = self._http.get(f"{address}/api/v1/health")
+                health = Health.model_validate(_decode(response))
+            except (httpx.TransportError, CorralError, ValueError) as exc:
+                found.append(ReplicaHealth(address=address, reachable=False, error=str(exc)))
+                continue
+            found.append(ReplicaHealth(address=address, reachable=True, health=health))
+        return found
+
     def nodes(self) -> list[NodeOut]:
         return [NodeOut.model_validate(n) for n in self.request("GET", "/nodes")["nodes"]]
 
     def drain(self, name: str) -> NodeOut:
-        return NodeOut.model_validate(self.request("POST", f"/nodes/{name}/drain"))
+        return NodeOut.model_validate(self.request("POST", f"/nodes/{name}/drain", idempotent=True))
 
     def undrain(self, name: str) -> NodeOut:
-        return NodeOut.model_validate(self.request("POST", f"/nodes/{name}/undrain"))
+        return NodeOut.model_validate(
+            self.request("POST", f"/nodes/{name}/undrain", idempotent=True)
+        )
 
     def queues(self) -> list[QueueOut]:
         return [QueueOut.model_validate(q) for q in self.request("GET", "/queues")["queues"]]

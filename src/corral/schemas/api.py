@@ -10,9 +10,23 @@ from corral.schemas.common import Strict
 
 
 class Health(BaseModel):
-    status: str
+    status: str  # "ok", or "degraded" when this replica cannot read the database
     version: str
     time: float
+    replica: str | None = None  # this replica's id in the leader election
+    leader: bool = False  # whether this replica runs the scheduling loop
+    leader_address: str | None = None  # the URL of the replica that does
+    leader_epoch: int | None = None  # grows by one with every new leader
+    leader_since: float | None = None  # when that leader took the lease
+
+
+class ReplicaHealth(BaseModel):
+    """One configured server address as the client saw it (``corral status``)."""
+
+    address: str
+    reachable: bool
+    health: Health | None = None
+    error: str | None = None
 
 
 class TaskOut(BaseModel):

@@ -17,6 +17,7 @@ from corral.schemas.config import load_config
 from corral.server.context import Context, ServerSettings
 from corral.server.db.engine import make_engine, migrate, session_factory
 from corral.server.errors import install_error_handlers
+from corral.server.leader import Leadership
 from corral.server.loop import ControlLoop
 from corral.server.routers import agent, cluster, events, jobs, monitoring
 from corral.server.services.auth import TokenService
@@ -33,8 +34,9 @@ def build_context(settings: ServerSettings) -> Context:
     config = load_config(text, str(settings.config_path or "scheduler config"))
     engine = make_engine(settings.db_url)
     migrate(engine)
+    sessions = session_factory(engine)
     ctx = Context(
-        sessions=session_factory(engine),
+        sessions=sessions,
         config=config,
         profile=build_profile(config),
         settings=settings,
@@ -43,6 +45,7 @@ def build_context(settings: ServerSettings) -> Context:
             settings.telemetry_max_samples,
             settings.telemetry_resolution,
         ),
+        leadership=Leadership(sessions, settings.url, ttl=settings.lease_ttl),
     )
     TokenService(ctx).bootstrap()
     return ctx
@@ -54,7 +57,7 @@ def create_app(ctx: Context, run_loop: bool = True) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         ctx.watch.bind(asyncio.get_running_loop())
-        loop = ControlLoop(ctx) if run_loop else None
+        loop = ControlLoop(ctx, ctx.leadership) if run_loop and ctx.leadership else None
         if loop:
             loop.start()
         try:

@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from corral.scheduling.config import SchedulerConfig
 from corral.scheduling.framework import Profile
+from corral.server.leader import Leadership
 from corral.server.metrics import ServerMetrics
 from corral.server.services.catalog import NodeCatalog
 from corral.server.telemetry import (
@@ -37,6 +38,12 @@ class ServerSettings:
     telemetry_max_samples: int = DEFAULT_MAX_SAMPLES  # samples kept per GPU
     telemetry_resolution: float = DEFAULT_RESOLUTION  # seconds between samples kept
     sse_keepalive: float = 15.0  # seconds between keep-alive comments on event streams
+    lease_ttl: float = 4.0  # seconds the scheduler leader's lease lasts without renewal
+    advertise: str | None = None  # the URL other parties reach this replica at
+
+    @property
+    def url(self) -> str:
+        return self.advertise or f"http://{self.host}:{self.port}"
 
 
 @dataclass
@@ -52,6 +59,7 @@ class Context:
     watch: NodeWatch = field(default_factory=NodeWatch)
     telemetry: TelemetryStore = field(default_factory=TelemetryStore)
     metrics: ServerMetrics = field(default_factory=ServerMetrics)
+    leadership: Leadership | None = None  # this replica's side of the leader election
 
     def wake(self) -> None:
         """Ask the control loop for a scheduling cycle soon."""

@@ -4,8 +4,9 @@ Agents sync every few seconds; without a nudge a job placed, cancelled or preemp
 wait for the node's next sync. Services bump the versions of the nodes whose desired tasks
 may have changed (after their transaction commits); ``GET /agent/watch`` returns as soon
 as a node's version differs from the one its agent last saw, and the agent syncs. The
-versions live in this process only: with several replicas an agent watching another one
-simply syncs on its regular interval.
+versions live in this process only; with several replicas, the leader records the nodes its
+writes changed in the lease row and the other replicas bump them here
+(``server.leader.nudges``).
 """
 
 from __future__ import annotations
@@ -49,6 +50,12 @@ class NodeWatch:
                 self._versions[node] += 1
         if self._loop is not None and not self._loop.is_closed():
             self._loop.call_soon_threadsafe(lambda: self._loop.create_task(self._notify()))
+
+    def bump_all(self) -> None:
+        """Mark every node this replica has seen an agent watch or sync changed."""
+        with self._lock:
+            nodes = list(self._versions)
+        self.bump(nodes)
 
     def close(self) -> None:
         """Answer every pending and future wait at once (the server is shutting down)."""

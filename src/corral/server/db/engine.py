@@ -6,7 +6,10 @@ always created and upgraded by Alembic (``migrations/``), never by ``create_all`
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import importlib.util
+from collections.abc import Iterator
 from pathlib import Path
 
 from alembic import command
@@ -17,6 +20,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from corral.errors import ValidationError
 
 MIGRATIONS = Path(__file__).with_name("migrations")
+MIGRATION_LOCK_KEY = 0x636F7272616C  # "corral": the advisory lock replicas migrate under
 
 
 def normalize_url(url: str) -> str:
@@ -58,12 +62,30 @@ def make_engine(url: str) -> Engine:
 
 
 def migrate(engine: Engine) -> None:
-    """Upgrade the database to the newest schema (idempotent)."""
+    """Upgrade the database to the newest schema (idempotent; replicas starting together
+    take turns: a PostgreSQL advisory lock, or a lock file beside a SQLite database)."""
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))
-    with engine.begin() as connection:
+    with _migration_lock(engine), engine.begin() as connection:
+        if connection.dialect.name == "postgresql":
+            connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_KEY})")
         config.attributes["connection"] = connection
         command.upgrade(config, "head")
+
+
+@contextlib.contextmanager
+def _migration_lock(engine: Engine) -> Iterator[None]:
+    """An exclusive lock on ``<database>.migrate.lock`` for a SQLite file; else nothing."""
+    path = engine.url.database if engine.dialect.name == "sqlite" else None
+    if not path or path == ":memory:":
+        yield
+        return
+    with open(f"{path}.migrate.lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def session_factory(engine: Engine) -> sessionmaker[Session]:

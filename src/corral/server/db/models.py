@@ -158,3 +158,26 @@ class TokenRow(Base):
     secret_hash: Mapped[str] = mapped_column(String(64), unique=True)
     created_at: Mapped[float] = mapped_column(Float)
     revoked_at: Mapped[float | None] = mapped_column(Float)
+
+
+class LeaseRow(Base):
+    """The scheduler leader's lease (one row, ``name = "scheduler"``; ``server.leader``).
+
+    Taken and renewed with compare-and-swap updates; ``epoch`` grows by one with every new
+    holder, and every background write the leader makes first re-checks holder and epoch
+    in its own transaction (fencing). ``wakes`` counts requests from other replicas for a
+    scheduling cycle soon; ``changes`` counts the leader's writes that changed what agents
+    should run (on ``changed_nodes``), so that replicas nudge the agents watching them.
+    """
+
+    __tablename__ = "leases"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    holder: Mapped[str | None] = mapped_column(String(128))
+    address: Mapped[str | None] = mapped_column(String(253))
+    epoch: Mapped[int] = mapped_column(BigInteger, default=0)
+    acquired_at: Mapped[float] = mapped_column(Float, default=0.0)
+    expires_at: Mapped[float] = mapped_column(Float, default=0.0)
+    wakes: Mapped[int] = mapped_column(BigInteger, default=0)
+    changes: Mapped[int] = mapped_column(BigInteger, default=0)
+    changed_nodes: Mapped[list | None] = mapped_column(JSON)  # of the last change; None: any

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 from fastapi import APIRouter, Depends
+from sqlalchemy.exc import SQLAlchemyError
 
 import corral
 from corral.schemas.api import (
@@ -27,8 +28,29 @@ router = APIRouter()
 
 
 @router.get("/health", response_model=Health, tags=["health"])
-def health() -> Health:
-    return Health(status="ok", version=corral.__version__, time=time.time())
+def health(ctx: Context = Depends(context)) -> Health:
+    """Liveness, and who leads: this replica, and the lease as stored."""
+    now = time.time()
+    leadership = ctx.leadership
+    if leadership is None:
+        return Health(status="ok", version=corral.__version__, time=now)
+    try:
+        lease = leadership.read()
+    except SQLAlchemyError:
+        return Health(
+            status="degraded", version=corral.__version__, time=now, replica=leadership.replica_id
+        )
+    live = lease.holder is not None and lease.expires_at >= now
+    return Health(
+        status="ok",
+        version=corral.__version__,
+        time=now,
+        replica=leadership.replica_id,
+        leader=leadership.is_leader and lease.holder == leadership.replica_id,
+        leader_address=lease.address if live else None,
+        leader_epoch=lease.epoch if live else None,
+        leader_since=lease.acquired_at if live else None,
+    )
 
 
 @router.get("/nodes", response_model=NodeList, tags=["nodes"])

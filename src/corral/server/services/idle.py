@@ -21,18 +21,25 @@ from corral.core.lifecycle import Transition
 from corral.core.units import format_duration
 from corral.server.context import Context
 from corral.server.db.models import JobRow, TaskRow
+from corral.server.leader import Term
 from corral.server.services.notify import notify_jobs
 from corral.server.services.transitions import move_job, record
 
 FRESH_SYNCS = 3
 
 
-def check_idle(ctx: Context) -> list[int]:
-    """Update every running job's idle state; returns the jobs preempted or stopped."""
+def check_idle(ctx: Context, term: Term | None = None) -> list[int]:
+    """Update every running job's idle state; returns the jobs preempted or stopped.
+
+    Fenced by ``term`` when given. Telemetry is kept per replica, so with several replicas
+    the leader judges the GPUs of the nodes whose agents sync with it; the others read as
+    no reading (never idle)."""
     now = ctx.clock()
     fresh_after = now - FRESH_SYNCS * max(ctx.settings.sync_interval, 1.0)
     acted = []
     with ctx.sessions.begin() as session:
+        if term is not None:
+            term.fence(session)
         jobs = {
             j.id: j
             for j in session.scalars(select(JobRow).where(JobRow.state == JobState.RUNNING.value))
@@ -66,6 +73,8 @@ def check_idle(ctx: Context) -> list[int]:
                     acted.append(job_id)
             elif not verdict.flagged and job.idle:
                 job.idle = False
+        if term is not None and acted:
+            term.announce(session, None)
     notify_jobs(ctx, acted)
     return acted
 

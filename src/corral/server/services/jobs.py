@@ -41,6 +41,9 @@ class JobService:
                 spec = with_tpu_hosts(spec, shapes)
                 manifest = manifest.model_copy(update={"nodes": spec.nodes or None})
             reason = never_fits(spec, shapes, config)
+            if reason:  # the cached inventory may predate a node another replica registered
+                self.ctx.catalog.invalidate()
+                reason = never_fits(spec, self.ctx.catalog.shapes(session, now), config)
             if reason:
                 raise UnschedulableError(reason)
             row = JobRow(

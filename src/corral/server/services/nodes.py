@@ -24,6 +24,7 @@ from corral.schemas.agent import (
 from corral.schemas.api import NodeOut
 from corral.server.context import Context
 from corral.server.db.models import JobRow, LogChunkRow, NodeRow, TaskRow
+from corral.server.leader import Term
 from corral.server.services.converters import mig_names, node_of, node_out, spec_of
 from corral.server.services.notify import notify_jobs
 from corral.server.services.settle import FINAL_TASK_STATES, lose_tasks, settle_job
@@ -240,11 +241,11 @@ class NodeService:
                 device.temperature = sample.temperature
         return node
 
-    def check_liveness(self) -> list[str]:
+    def check_liveness(self, term: Term | None = None) -> list[str]:
         """Mark nodes lost that have not synced within the timeout; returns their names.
 
         The server's own downtime does not count: the clock starts at the later of the
-        last sync and this server's start.
+        last sync and this server's start. Fenced by ``term`` when given.
         """
         now = self.ctx.clock()
         deadline = now - self.ctx.settings.node_timeout
@@ -252,6 +253,8 @@ class NodeService:
             return []
         lost, jobs = [], set()
         with self.ctx.sessions.begin() as session:
+            if term is not None:
+                term.fence(session)
             stale = session.scalars(
                 select(NodeRow).where(
                     NodeRow.state != NodeState.LOST.value, NodeRow.last_heartbeat < deadline
@@ -263,6 +266,8 @@ class NodeService:
                 why = f"node {node.name} lost"
                 jobs |= self._lose_node_tasks(session, node.name, why, now, release=False)
                 lost.append(node.name)
+            if term is not None and lost:
+                term.announce(session, None)
         if lost:
             notify_jobs(self.ctx, jobs)
             self.ctx.wake()

@@ -1,6 +1,7 @@
 """The scheduling cycle in the control plane: load, call the pure scheduler, apply.
 
-Load and apply happen in one transaction; placing a job is a guarded update
+A cycle plans in one transaction and applies in the next (fenced by the leader's term:
+see ``server.leader``); placing a job is a guarded update
 (``state = pending`` and the same attempt) so a job cancelled meanwhile is never started.
 """
 
@@ -20,6 +21,7 @@ from corral.scheduling.cycle import ClusterState, Decisions, schedule
 from corral.scheduling.fairshare import Usage, UsageLedger
 from corral.server.context import Context
 from corral.server.db.models import JobRow, NodeRow, QueueUsageRow, TaskRow
+from corral.server.leader import Term
 from corral.server.services.converters import allocations_of, job_of, node_of
 from corral.server.services.notify import notify_jobs
 from corral.server.services.transitions import move_job, record
@@ -60,24 +62,62 @@ def load_cluster(session: Session) -> LoadedCluster:
     return LoadedCluster(node_rows, held, held_jobs, state)
 
 
-def run_cycle(ctx: Context) -> CycleResult:
-    now = ctx.clock()
-    with ctx.sessions.begin() as session:
-        cluster = load_cluster(session)
-        pending_rows = list(
-            session.scalars(select(JobRow).where(JobRow.state == JobState.PENDING.value))
-        )
-        pending = [job_of(r) for r in pending_rows]
-        usage = advance_usage(session, ctx.config, cluster.state.allocations, now)
-        state = replace(cluster.state, usage=usage)
-        decisions = schedule(state, pending, ctx.config, now, ctx.profile)
-        ports = _ports_in_use(session, cluster.held)
-        by_id = {r.id: r for r in pending_rows}
-        placed = _apply(session, decisions, by_id, cluster.node_rows, ports, now)
-        preempted = _preempt(session, decisions, cluster.held_jobs, now)
-    ctx.watch.bump({node for alloc in decisions.placements for node in alloc.nodes})
+@dataclass(frozen=True)
+class CyclePlan:
+    """What one cycle decided, before anything is written."""
+
+    cluster: LoadedCluster
+    pending: list[JobRow]
+    usage: UsageLedger
+    decisions: Decisions
+    now: float
+
+
+def run_cycle(ctx: Context, term: Term | None = None) -> CycleResult:
+    """One scheduling cycle: plan (reads only), then apply in a second, short transaction,
+    fenced by ``term`` when given (``FencedError`` if another replica took the lease over),
+    so the lease stays locked only while the decisions are written."""
+    with ctx.sessions() as session:
+        with session.begin():
+            plan = plan_cycle(ctx, session)
+        with session.begin():
+            if term is not None:
+                term.fence(session)
+            placed, preempted = apply_cycle(ctx, session, plan)
+            nodes = {node for alloc in plan.decisions.placements for node in alloc.nodes}
+            victims = set(preempted)
+            nodes |= {t.node for t in plan.cluster.held if t.job_id in victims}
+            if term is not None and nodes:
+                term.announce(session, nodes)
+    ctx.watch.bump({node for alloc in plan.decisions.placements for node in alloc.nodes})
     notify_jobs(ctx, preempted)
-    return CycleResult(placed, len(pending_rows) - placed, ctx.clock() - now)
+    return CycleResult(placed, len(plan.pending) - placed, ctx.clock() - plan.now)
+
+
+def plan_cycle(ctx: Context, session: Session) -> CyclePlan:
+    """Load the cluster and the pending jobs and call the pure scheduler; writes nothing."""
+    now = ctx.clock()
+    cluster = load_cluster(session)
+    pending_rows = list(
+        session.scalars(select(JobRow).where(JobRow.state == JobState.PENDING.value))
+    )
+    pending = [job_of(r) for r in pending_rows]
+    _, stored = stored_usage(session, ctx.config.policy.fair_share_half_life, now)
+    usage = stored.advance(now, cluster.state.allocations)
+    state = replace(cluster.state, usage=usage)
+    decisions = schedule(state, pending, ctx.config, now, ctx.profile)
+    return CyclePlan(cluster, pending_rows, usage, decisions, now)
+
+
+def apply_cycle(ctx: Context, session: Session, plan: CyclePlan) -> tuple[int, list[int]]:
+    """Write a plan's decisions (guarded updates); returns the number placed and the ids
+    of the jobs preempted."""
+    store_usage(session, ctx.config, plan.usage, plan.now)
+    ports = _ports_in_use(session, plan.cluster.held)
+    by_id = {r.id: r for r in plan.pending}
+    placed = _apply(session, plan.decisions, by_id, plan.cluster.node_rows, ports, plan.now)
+    preempted = _preempt(session, plan.decisions, plan.cluster.held_jobs, plan.now)
+    return placed, preempted
 
 
 def _apply(
@@ -150,15 +190,11 @@ def stored_usage(
     return rows, UsageLedger(at, half_life, usage)
 
 
-def advance_usage(
-    session: Session, config: SchedulerConfig, allocations: tuple[Allocation, ...], now: float
-) -> UsageLedger:
-    """The fair-share ledger brought to ``now`` with what ``allocations`` held since the
-    last cycle, stored back (a row per queue, so the time of the last update is kept from
-    the first cycle on). Work that ended between two cycles is counted up to the cycle
-    before it ended: at most one interval short."""
-    rows, stored = stored_usage(session, config.policy.fair_share_half_life, now)
-    ledger = stored.advance(now, allocations)
+def store_usage(session: Session, config: SchedulerConfig, ledger: UsageLedger, now: float) -> None:
+    """Store ``ledger`` as of ``now``: a row per queue it knows or the config declares (so
+    the time of the last update is kept from the first cycle on). Work that ended between
+    two cycles is counted up to the cycle before it ended: at most one interval short."""
+    rows, _ = stored_usage(session, config.policy.fair_share_half_life, now)
     known = dict(ledger.usage)
     for queue in config.queues:
         known.setdefault(queue.name, Usage())
@@ -168,7 +204,6 @@ def advance_usage(
             row = QueueUsageRow(queue=queue)
             session.add(row)
         row.gpu, row.cpu, row.memory, row.at = used.gpu, used.cpu, used.memory, now
-    return ledger
 
 
 def _held_jobs(session: Session, held: list[TaskRow]) -> dict[int, JobRow]:
@@ -232,11 +267,15 @@ def _pick_port(node: NodeRow | None, ports: dict[str, set[int]]) -> int:
     return port
 
 
-def enforce_time_limits(ctx: Context) -> list[int]:
-    """Fail running jobs past their ``time_limit``; their tasks are then stopped."""
+def enforce_time_limits(ctx: Context, term: Term | None = None) -> list[int]:
+    """Fail running jobs past their ``time_limit``; their tasks are then stopped.
+
+    Fenced by ``term`` when given."""
     now = ctx.clock()
     ended = []
     with ctx.sessions.begin() as session:
+        if term is not None:
+            term.fence(session)
         overdue = session.scalars(
             select(JobRow).where(
                 JobRow.state == JobState.RUNNING.value,
@@ -248,5 +287,7 @@ def enforce_time_limits(ctx: Context) -> list[int]:
             limit = format_duration(job.time_limit)
             move_job(session, job, JobState.FAILED, f"time limit {limit} exceeded", now)
             ended.append(job.id)
+        if term is not None and ended:
+            term.announce(session, None)
     notify_jobs(ctx, ended)
     return ended
