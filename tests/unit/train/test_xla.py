@@ -72,12 +72,19 @@ class FakeTorchXla:
         yield fake_pg.FakeStore(), int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 
 
+def _unset_restoring(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    """Unset ``name`` and have it restored at teardown even if it was unset before and the
+    code under test sets it (``delenv`` alone records nothing for an absent variable)."""
+    monkeypatch.setenv(name, "")
+    monkeypatch.delenv(name)
+
+
 @pytest.fixture
 def torch_xla(monkeypatch: pytest.MonkeyPatch) -> FakeTorchXla:
     fake = FakeTorchXla()
     for name, module in fake.modules.items():
         monkeypatch.setitem(sys.modules, name, module)
-    monkeypatch.delenv("PJRT_DEVICE", raising=False)
+    _unset_restoring(monkeypatch, "PJRT_DEVICE")
     for name, value in TASK.items():
         monkeypatch.setenv(name, value)
     return fake
@@ -117,7 +124,7 @@ def test_off_tpu_the_xla_backend_is_only_used_when_asked(
 
 def test_missing_torch_xla_on_a_tpu_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "torch_xla", None)  # import fails as if not installed
-    monkeypatch.delenv("PJRT_DEVICE", raising=False)
+    _unset_restoring(monkeypatch, "PJRT_DEVICE")
     with pytest.raises(TrainError, match=r"torch_xla is not installed \(pip install"):
         train.init_distributed(env={**TASK, "TPU_WORKER_ID": "0"})
     assert train.current() is None
