@@ -11,13 +11,14 @@ from corral.core.job import PlacementPolicy
 from corral.errors import ValidationError
 from corral.scheduling.config import (
     DEFAULT_PRIORITY_CLASSES,
+    Limits,
     PluginRef,
     Policy,
     PriorityClass,
     QueueConfig,
     SchedulerConfig,
 )
-from corral.schemas.common import Duration, Strict, validate
+from corral.schemas.common import Duration, Size, Strict, validate
 
 
 class QueueModel(Strict):
@@ -27,6 +28,9 @@ class QueueModel(Strict):
     cohort: str | None = None
     borrowing_limit: dict[str, float] = Field(default_factory=dict)
     placement: PlacementPolicy | None = None
+    users: list[str] | None = None  # allow-list of submitters; absent: everyone
+    max_pending: int | None = Field(default=None, ge=0)
+    max_pending_per_user: int | None = Field(default=None, ge=0)
 
     @model_validator(mode="after")
     def _amounts(self) -> QueueModel:
@@ -56,6 +60,14 @@ class PolicyModel(Strict):
     sharing: Literal["packing", "bestfit", "fgd", "corral"] = "packing"
 
 
+class LimitsModel(Strict):
+    max_pending_per_user: int | None = Field(default=None, ge=0)
+    max_pending_per_queue: int | None = Field(default=None, ge=0)
+    submissions_per_second: float | None = Field(default=None, gt=0)
+    submission_burst: int | None = Field(default=None, ge=1)
+    max_request_bytes: Size = Field(default=1 << 20, ge=1024)
+
+
 class PluginModel(Strict):
     name: str
     weight: float = 1.0
@@ -67,6 +79,7 @@ class SchedulerConfigModel(Strict):
     priority_classes: dict[str, PriorityClassModel] | None = None
     policy: PolicyModel = Field(default_factory=PolicyModel)
     plugins: list[PluginModel] = Field(default_factory=list)
+    limits: LimitsModel = Field(default_factory=LimitsModel)
 
     @model_validator(mode="after")
     def _unique(self) -> SchedulerConfigModel:
@@ -87,6 +100,9 @@ class SchedulerConfigModel(Strict):
                 cohort=q.cohort,
                 borrowing_limit=tuple(sorted(q.borrowing_limit.items())),
                 placement=q.placement,
+                users=tuple(q.users) if q.users is not None else None,
+                max_pending=q.max_pending,
+                max_pending_per_user=q.max_pending_per_user,
             )
             for q in self.queues
         ) or (QueueConfig("default"),)
@@ -112,6 +128,7 @@ class SchedulerConfigModel(Strict):
                 sharing=p.sharing,
             ),
             plugins=tuple(PluginRef(x.name, x.weight, tuple(x.args.items())) for x in self.plugins),
+            limits=Limits(**self.limits.model_dump()),
         )
 
 

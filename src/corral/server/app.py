@@ -14,19 +14,21 @@ from fastapi import FastAPI
 import corral
 from corral.scheduling.registry import build_profile
 from corral.schemas.config import load_config
+from corral.server.audit import AuditMiddleware, BodyLimitMiddleware
 from corral.server.context import Context, ServerSettings
 from corral.server.db.engine import make_engine, migrate, session_factory
 from corral.server.errors import install_error_handlers
 from corral.server.loop import ControlLoop
 from corral.server.routers import agent, cluster, jobs
-from corral.server.services.auth import TokenService
+from corral.server.services.auth import JOB_KEY, TokenService, server_secret
 
 API_PREFIX = "/api/v1"
 log = logging.getLogger("corral.server")
 
 
 def build_context(settings: ServerSettings) -> Context:
-    """Open (and migrate) the database, load the configuration, bootstrap tokens."""
+    """Open (and migrate) the database, load the configuration, bootstrap tokens and the
+    job-token key (shared by every replica through the database)."""
     text = settings.config_path.read_text() if settings.config_path else None
     config = load_config(text, str(settings.config_path or "scheduler config"))
     engine = make_engine(settings.db_url)
@@ -37,6 +39,7 @@ def build_context(settings: ServerSettings) -> Context:
         profile=build_profile(config),
         settings=settings,
     )
+    ctx.job_key = server_secret(ctx.sessions, JOB_KEY, ctx.clock())
     TokenService(ctx).bootstrap()
     return ctx
 
@@ -66,6 +69,8 @@ def create_app(ctx: Context, run_loop: bool = True) -> FastAPI:
     )
     app.state.ctx = ctx
     install_error_handlers(app)
+    app.add_middleware(BodyLimitMiddleware, ctx=ctx)
+    app.add_middleware(AuditMiddleware, ctx=ctx)  # outermost: it sees refusals too
     for module in (jobs, cluster, agent):
         app.include_router(module.router, prefix=API_PREFIX)
     return app
@@ -87,6 +92,8 @@ def serve(settings: ServerSettings) -> None:
         port=settings.port,
         log_level="warning",
         timeout_graceful_shutdown=5,
+        ssl_certfile=settings.tls_cert,
+        ssl_keyfile=settings.tls_key,
     )
     _Server(config, on_exit=ctx.watch.close).run()
 

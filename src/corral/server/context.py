@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from corral.scheduling.config import SchedulerConfig
 from corral.scheduling.framework import Profile
 from corral.server.services.catalog import NodeCatalog
+from corral.server.services.ratelimit import SubmitLimiter
 from corral.server.watch import NodeWatch
 
 
@@ -26,6 +27,8 @@ class ServerSettings:
     node_timeout: float = 30.0  # seconds without a sync before a node is lost
     sync_interval: float = 2.0  # how often agents sync
     log_chunk_limit: int = 1 << 20  # bytes per log response
+    tls_cert: Path | None = None  # serve HTTPS with this certificate and key
+    tls_key: Path | None = None
 
 
 @dataclass
@@ -39,6 +42,8 @@ class Context:
     wake_event: threading.Event = field(default_factory=threading.Event)
     catalog: NodeCatalog = field(default_factory=NodeCatalog)
     watch: NodeWatch = field(default_factory=NodeWatch)
+    job_key: bytes = b""  # signs job tokens; loaded from the database at start
+    submissions: SubmitLimiter = field(default_factory=SubmitLimiter)
 
     def wake(self) -> None:
         """Ask the control loop for a scheduling cycle soon."""

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
+
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from corral.errors import CorralError, ValidationError
+from corral.errors import CorralError, LimitExceededError, ValidationError
 
 
 def _body(code: str, message: str) -> dict[str, str]:
@@ -27,7 +29,12 @@ def describe_request_errors(exc: RequestValidationError) -> str:
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(CorralError)
     async def _corral(_request: Request, exc: CorralError) -> JSONResponse:
-        return JSONResponse(_body(exc.code, exc.message), status_code=exc.status_code)
+        headers = None
+        if isinstance(exc, LimitExceededError) and exc.retry_after is not None:
+            headers = {"Retry-After": str(max(1, math.ceil(exc.retry_after)))}
+        return JSONResponse(
+            _body(exc.code, exc.message), status_code=exc.status_code, headers=headers
+        )
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
