@@ -13,7 +13,13 @@ import typer
 
 from corral.cli.common import Output, OutputOpt, ServerOpt, TokenOpt, client, console, print_json
 from corral.cli.render import nodes_table, queues_table
-from corral.client.config import DEFAULT_PORT, corral_home, resolve_join_token, resolve_servers
+from corral.client.config import (
+    DEFAULT_PORT,
+    corral_home,
+    resolve_ca_cert,
+    resolve_join_token,
+    resolve_servers,
+)
 from corral.errors import ValidationError
 
 app = typer.Typer()
@@ -123,6 +129,12 @@ def server(
     sync_interval: Annotated[
         float, typer.Option("--sync-interval", help="seconds between agent syncs")
     ] = 2.0,
+    tls_cert: Annotated[
+        Path | None, typer.Option("--tls-cert", help="serve HTTPS with this certificate (PEM)")
+    ] = None,
+    tls_key: Annotated[
+        Path | None, typer.Option("--tls-key", help="the certificate's private key (PEM)")
+    ] = None,
 ) -> None:
     """The control plane alone (REST API, state, scheduling loop)."""
     from corral.server.app import serve
@@ -131,6 +143,11 @@ def server(
     home = corral_home()
     if config is not None and not config.is_file():
         raise ValidationError(f"--config: no such file {config}")
+    if (tls_cert is None) != (tls_key is None):
+        raise ValidationError("--tls-cert and --tls-key go together")
+    for flag, path in (("--tls-cert", tls_cert), ("--tls-key", tls_key)):
+        if path is not None and not path.is_file():
+            raise ValidationError(f"{flag}: no such file {path}")
     serve(
         ServerSettings(
             db_url=db or f"sqlite:///{home / 'corral.db'}",
@@ -140,6 +157,8 @@ def server(
             config_path=config,
             node_timeout=node_timeout,
             sync_interval=sync_interval,
+            tls_cert=tls_cert,
+            tls_key=tls_key,
         )
     )
 
@@ -175,6 +194,10 @@ def agent(
         typer.Option(
             "--checkpoint-root", help="where CORRAL_CHECKPOINT_DIR lives (shared storage)"
         ),
+    ] = None,
+    ca_cert: Annotated[
+        Path | None,
+        typer.Option("--ca-cert", help="CA certificate of an HTTPS server (or $CORRAL_CA_CERT)"),
     ] = None,
 ) -> None:
     """A node agent: registers its GPUs, runs the tasks placed on it, reports them."""
@@ -217,6 +240,7 @@ def agent(
         home=home / "agents" / node_name,
         checkpoint_root=checkpoint_root or home / "checkpoints",
         read_gpu_health=node_file is None and simulate is None,
+        ca_cert=resolve_ca_cert(ca_cert),
     )
     worker = Agent(settings)
     signal.signal(signal.SIGTERM, lambda *_: worker.stop())

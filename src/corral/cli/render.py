@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from corral.core.units import format_duration, format_size
-from corral.schemas.api import JobOut, NodeOut, QueueOut, TokenOut
+from corral.schemas.api import AuditOut, JobOut, NodeOut, QueueOut, TokenOut
 
 STATE_STYLE = {
     "pending": "yellow",
@@ -244,4 +244,22 @@ def tokens_table(tokens: list[TokenOut]) -> Table:
         table.add_column(col)
     for t in tokens:
         table.add_row(str(t.id), t.user, t.role, _when(t.created_at), _when(t.revoked_at))
+    return table
+
+
+def audit_table(entries: list[AuditOut]) -> Table:
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for col in ("TIME", "USER", "ROLE", "TOKEN", "METHOD", "PATH", "TARGET", "STATUS"):
+        table.add_column(col)
+    for e in entries:
+        table.add_row(
+            datetime.fromtimestamp(e.at).strftime("%Y-%m-%d %H:%M:%S"),
+            e.user or "-",
+            e.role or "-",
+            "-" if e.token_id is None else str(e.token_id),
+            e.method,
+            e.path,
+            e.target or "-",
+            str(e.status),
+        )
     return table

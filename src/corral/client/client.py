@@ -14,18 +14,30 @@ Errors come back as the same typed ``corral.errors`` the server raised.
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from corral.client.config import resolve_servers, resolve_token
+from corral.client.config import resolve_ca_cert, resolve_servers, resolve_token, ssl_verify
 from corral.errors import ERRORS_BY_CODE, ConnectionFailedError, CorralError
-from corral.schemas.api import AdviceOut, Health, JobOut, LogOut, NodeOut, QueueOut, TokenOut
+from corral.schemas.api import (
+    AdviceOut,
+    AuditOut,
+    Health,
+    JobOut,
+    LogOut,
+    NodeOut,
+    QueueOut,
+    TokenOut,
+    WhoAmI,
+)
 from corral.schemas.manifest import JobManifest, load_manifest, parse_manifest
 
 TERMINAL = ("succeeded", "failed", "cancelled")
+RETRY_STATUSES = (502, 503, 504)
 
 
 class Client:
@@ -35,6 +47,7 @@ class Client:
         token: str | None = None,
         transport: httpx.BaseTransport | None = None,
         timeout: float = 30.0,
+        ca_cert: str | Path | None = None,
     ) -> None:
         if isinstance(server, str) or server is None:
             self.servers = resolve_servers(server)
@@ -42,7 +55,10 @@ class Client:
             self.servers = resolve_servers(",".join(server))
         self.token = resolve_token(token)
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
-        self._http = httpx.Client(transport=transport, timeout=timeout, headers=headers)
+        verify = ssl_verify(resolve_ca_cert(ca_cert))
+        self._http = httpx.Client(
+            transport=transport, timeout=timeout, headers=headers, verify=verify
+        )
         self._current = 0
 
     def close(self) -> None:
@@ -60,19 +76,29 @@ class Client:
 
     # -- low level -----------------------------------------------------------------
 
-    def request(self, method: str, path: str, **kwargs: Any) -> Any:
-        """One API call, failing over between replicas; raises typed ``CorralError``s."""
-        errors = []
-        for i in range(len(self.servers)):
-            index = (self._current + i) % len(self.servers)
-            url = f"{self.servers[index]}/api/v1{path}"
-            try:
-                response = self._http.request(method, url, **kwargs)
-            except httpx.TransportError as exc:
-                errors.append(f"{self.servers[index]} ({type(exc).__name__})")
-                continue
-            self._current = index
-            return _decode(response)
+    def request(self, method: str, path: str, rounds: int = 1, **kwargs: Any) -> Any:
+        """One API call, failing over between replicas; raises typed ``CorralError``s.
+
+        With ``rounds`` > 1 (only for calls safe to repeat), it goes round the replicas
+        again after a short pause while none answers (or all answer 502/503/504)."""
+        errors: list[str] = []
+        for round_ in range(rounds):
+            if round_:
+                time.sleep(0.25 * 2 ** (round_ - 1))
+            errors = []
+            for i in range(len(self.servers)):
+                index = (self._current + i) % len(self.servers)
+                url = f"{self.servers[index]}/api/v1{path}"
+                try:
+                    response = self._http.request(method, url, **kwargs)
+                except httpx.TransportError as exc:
+                    errors.append(f"{self.servers[index]} ({type(exc).__name__})")
+                    continue
+                if response.status_code in RETRY_STATUSES and round_ + 1 < rounds:
+                    errors.append(f"{self.servers[index]} (HTTP {response.status_code})")
+                    continue
+                self._current = index
+                return _decode(response)
         raise ConnectionFailedError(
             f"cannot reach the Corral server at {', '.join(errors)}; is it running? "
             "(start one with `corral up`, or pass --server / set CORRAL_SERVER)"
@@ -80,10 +106,20 @@ class Client:
 
     # -- jobs ----------------------------------------------------------------------
 
-    def submit(self, manifest: JobManifest | dict | str | Path) -> JobOut:
-        """Submit a manifest (model, mapping, YAML text or a path to a YAML file)."""
+    def submit(
+        self,
+        manifest: JobManifest | dict | str | Path,
+        idempotency_key: str | None = None,
+        retries: int = 3,
+    ) -> JobOut:
+        """Submit a manifest (model, mapping, YAML text or a path to a YAML file).
+
+        Sends an ``Idempotency-Key`` (a fresh one unless given) and reuses it when it
+        retries an unanswered submission, so that a retry never creates a second job."""
         body = _as_manifest(manifest).model_dump(mode="json", exclude_none=True)
-        return JobOut.model_validate(self.request("POST", "/jobs", json=body))
+        headers = {"Idempotency-Key": idempotency_key or uuid.uuid4().hex}
+        answer = self.request("POST", "/jobs", rounds=retries, json=body, headers=headers)
+        return JobOut.model_validate(answer)
 
     def get(self, job_id: int) -> JobOut:
         return JobOut.model_validate(self.request("GET", f"/jobs/{job_id}"))
@@ -196,6 +232,21 @@ class Client:
 
     def revoke_token(self, token_id: int) -> TokenOut:
         return TokenOut.model_validate(self.request("DELETE", f"/tokens/{token_id}"))
+
+    def whoami(self) -> WhoAmI:
+        return WhoAmI.model_validate(self.request("GET", "/whoami"))
+
+    def audit(
+        self, user: str | None = None, since: float | None = None, limit: int = 100
+    ) -> list[AuditOut]:
+        """State-changing API calls, oldest first (admins)."""
+        params: dict[str, Any] = {"limit": limit}
+        if user is not None:
+            params["user"] = user
+        if since is not None:
+            params["since"] = since
+        entries = self.request("GET", "/audit", params=params)["entries"]
+        return [AuditOut.model_validate(e) for e in entries]
 
 
 def _as_manifest(manifest: JobManifest | dict | str | Path) -> JobManifest:
