@@ -18,11 +18,15 @@ class Strict(BaseModel):
 
 
 def _duration(value: object) -> object:
-    return value if value is None else parse_duration(value)  # type: ignore[arg-type]
+    if value is not None and not isinstance(value, int | float | str):
+        raise ValueError(f"expected a duration such as 90s, 15m or 4h, got {value!r}")
+    return value if value is None else parse_duration(value)
 
 
 def _size(value: object) -> object:
-    return value if value is None else parse_size(value)  # type: ignore[arg-type]
+    if value is not None and not isinstance(value, int | float | str):
+        raise ValueError(f"expected a size such as 512MB or 80GB, got {value!r}")
+    return value if value is None else parse_size(value)
 
 
 Duration = Annotated[float, BeforeValidator(_duration)]

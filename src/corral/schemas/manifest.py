@@ -57,7 +57,7 @@ class TopologyModel(Strict):
 class JobManifest(Strict):
     name: str | None = Field(default=None, max_length=253)
     queue: str = Field(default="default", min_length=1, max_length=253)
-    priority: int | Short | None = None
+    priority: Annotated[int, Field(ge=-(2**31), le=2**31 - 1)] | Short | None = None
     # default 1; for a TPU slice, its host count (derived at submission when left out)
     nodes: int | None = Field(default=None, ge=1, le=100_000)
     tasks_per_node: int = Field(default=1, ge=1, le=1024)

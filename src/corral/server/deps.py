@@ -6,7 +6,9 @@ Every dependency that authenticates notes the caller for the audit log
 
 from __future__ import annotations
 
-from fastapi import Depends, Request
+from typing import Annotated
+
+from fastapi import Depends, Path, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from corral.errors import AuthenticationError, PermissionDeniedError
@@ -65,7 +67,7 @@ def node_agent(token: TokenRow = Depends(any_token)) -> TokenRow:
 
 
 def checkpoint_caller(
-    job_id: int,
+    job_id: Annotated[int, Path(ge=1, le=2**63 - 1)],
     request: Request,
     ctx: Context = Depends(context),
     credentials: HTTPAuthorizationCredentials | None = Depends(bearer),

@@ -7,6 +7,7 @@ import math
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
 
 from corral.errors import CorralError, LimitExceededError, ValidationError
 
@@ -34,6 +35,16 @@ def install_error_handlers(app: FastAPI) -> None:
             headers = {"Retry-After": str(max(1, math.ceil(exc.retry_after)))}
         return JSONResponse(
             _body(exc.code, exc.message), status_code=exc.status_code, headers=headers
+        )
+
+    @app.exception_handler(HTTPException)
+    async def _http(_request: Request, exc: HTTPException) -> JSONResponse:
+        """Framework refusals (unreadable body, unknown path, wrong method) in our shape."""
+        code = {400: "invalid", 404: "not_found", 405: "method_not_allowed"}.get(
+            exc.status_code, "http_error"
+        )
+        return JSONResponse(
+            _body(code, str(exc.detail)), status_code=exc.status_code, headers=exc.headers
         )
 
     @app.exception_handler(RequestValidationError)

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import time
+from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Path, Query, Request
 
 import corral
 from corral.schemas.api import (
@@ -81,7 +82,9 @@ def list_tokens(ctx: Context = Depends(context), token: TokenRow = Depends(user)
 
 @router.delete("/tokens/{token_id}", response_model=TokenOut, tags=["tokens"])
 def revoke_token(
-    token_id: int, ctx: Context = Depends(context), token: TokenRow = Depends(user)
+    token_id: Annotated[int, Path(ge=1, le=2**63 - 1)],
+    ctx: Context = Depends(context),
+    token: TokenRow = Depends(user),
 ) -> TokenOut:
     """Revoke a token (a user: one of their own)."""
     owner = None if token.role == "admin" else token.user

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Header, Query, Request, Response
+from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
 
 from corral.errors import PermissionDeniedError
 from corral.schemas.api import AdviceOut, CheckpointIn, JobList, JobOut, LogOut
@@ -18,6 +18,8 @@ from corral.server.services.advice import job_advice
 from corral.server.services.jobs import JobService
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
+MAX_INT = 2**63 - 1  # what the database stores
+JobId = Annotated[int, Path(ge=1, le=MAX_INT, description="the job's id")]
 IdempotencyKey = Annotated[
     str | None,
     Header(
@@ -34,7 +36,7 @@ def _owner(token: TokenRow) -> str | None:
     return None if token.role == "admin" else token.user
 
 
-def _own(ctx: Context, job_id: int, token: TokenRow) -> JobService:
+def _own(ctx: Context, job_id: JobId, token: TokenRow) -> JobService:
     service = JobService(ctx)
     service.owner_check(job_id, _owner(token))
     return service
@@ -76,14 +78,14 @@ def list_jobs(
 
 @router.get("/{job_id}", response_model=JobOut)
 def get_job(
-    job_id: int, ctx: Context = Depends(context), token: TokenRow = Depends(user)
+    job_id: JobId, ctx: Context = Depends(context), token: TokenRow = Depends(user)
 ) -> JobOut:
     return _own(ctx, job_id, token).get(job_id)
 
 
 @router.get("/{job_id}/advice", response_model=AdviceOut)
 def advice(
-    job_id: int, ctx: Context = Depends(context), token: TokenRow = Depends(user)
+    job_id: JobId, ctx: Context = Depends(context), token: TokenRow = Depends(user)
 ) -> AdviceOut:
     """What would let a pending job start sooner, from the cluster's state now."""
     _own(ctx, job_id, token)
@@ -91,20 +93,22 @@ def advice(
 
 
 @router.post("/{job_id}/cancel", response_model=JobOut)
-def cancel(job_id: int, ctx: Context = Depends(context), token: TokenRow = Depends(user)) -> JobOut:
+def cancel(
+    job_id: JobId, ctx: Context = Depends(context), token: TokenRow = Depends(user)
+) -> JobOut:
     return _own(ctx, job_id, token).cancel(job_id)
 
 
 @router.post("/{job_id}/preempt", response_model=JobOut)
 def preempt(
-    job_id: int, ctx: Context = Depends(context), token: TokenRow = Depends(user)
+    job_id: JobId, ctx: Context = Depends(context), token: TokenRow = Depends(user)
 ) -> JobOut:
     return _own(ctx, job_id, token).preempt(job_id)
 
 
 @router.post("/{job_id}/checkpoint", response_model=JobOut)
 def checkpoint(
-    job_id: int,
+    job_id: JobId,
     body: CheckpointIn,
     ctx: Context = Depends(context),
     caller: tuple[int, TokenRow | None] = Depends(checkpoint_caller),
@@ -127,10 +131,10 @@ def checkpoint(
 
 @router.get("/{job_id}/logs", response_model=LogOut)
 def logs(
-    job_id: int,
-    task: int = Query(0, ge=0),
-    attempt: int | None = Query(None, ge=0),
-    offset: int = Query(0, ge=0),
+    job_id: JobId,
+    task: int = Query(0, ge=0, le=MAX_INT),
+    attempt: int | None = Query(None, ge=0, le=MAX_INT),
+    offset: int = Query(0, ge=0, le=MAX_INT),
     ctx: Context = Depends(context),
     token: TokenRow = Depends(user),
 ) -> LogOut:
