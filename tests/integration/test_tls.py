@@ -66,6 +66,7 @@ def tls_server(tmp_path: Path) -> Iterator[tuple[Server, Path]]:
     try:
         yield server, cert
     finally:
+        server.ctx.watch.close()  # answer the agent's open long-poll at once
         uvicorn_server.should_exit = True
         thread.join(timeout=10)
 
@@ -85,7 +86,8 @@ def test_https_with_a_ca_certificate(tls_server: tuple[Server, Path], tmp_path: 
     assert server.url.startswith("https://")
     with pytest.raises(ConnectionFailedError):  # not trusted by the system CAs
         Client(server.url, server.admin_token).whoami()
-    assert Client(server.url, server.admin_token, ca_cert=ca).whoami().role == "admin"
+    with Client(server.url, server.admin_token, ca_cert=ca) as client:
+        assert client.whoami().role == "admin"
 
     home = tmp_path / "cli"
     login = subprocess.run(
@@ -107,14 +109,15 @@ def test_https_with_a_ca_certificate(tls_server: tuple[Server, Path], tmp_path: 
          "--simulate", "1xH100", "--ca-cert", str(ca), "--join-token", server.join_token],
         env=_env(agent_home), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )  # fmt: skip
+    client = Client(server.url, server.admin_token, ca_cert=ca)
     try:
-        client = Client(server.url, server.admin_token, ca_cert=ca)
         wait_for(lambda: [n.name for n in client.nodes()] == ["tls-node"], 30, "the agent")
         job = client.submit({"command": [sys.executable, "-c", REPORT]})
         done = client.wait(job.id, timeout=60, poll=0.2)[0]
         assert done.state == "succeeded", client.logs(job.id)
         assert done.last_checkpoint_at is not None
     finally:
+        client.close()  # (an open TLS keep-alive connection holds up the server's shutdown)
         agent.terminate()
         agent.wait(timeout=20)
         log.close()
