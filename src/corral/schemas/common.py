@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic import ValidationError as PydanticValidationError
 
 from corral.core.units import parse_duration, parse_size
@@ -30,6 +30,9 @@ def _size(value: object) -> object:
 
 
 Duration = Annotated[float, BeforeValidator(_duration)]
+MAX_INT = 2**63 - 1  # the largest integer the database stores
+Int64 = Annotated[int, Field(ge=-MAX_INT, le=MAX_INT)]
+Count = Annotated[int, Field(ge=0, le=MAX_INT)]
 Size = Annotated[int, BeforeValidator(_size)]
 
 

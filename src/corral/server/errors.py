@@ -47,6 +47,14 @@ def install_error_handlers(app: FastAPI) -> None:
             _body(code, str(exc.detail)), status_code=exc.status_code, headers=exc.headers
         )
 
+    @app.exception_handler(OverflowError)
+    async def _overflow(_request: Request, exc: OverflowError) -> JSONResponse:
+        """A number past what the database stores (a safety net behind schema bounds)."""
+        return JSONResponse(
+            _body(ValidationError.code, f"a number is too large: {exc}"),
+            status_code=ValidationError.status_code,
+        )
+
     @app.exception_handler(RequestValidationError)
     async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
         return JSONResponse(
