@@ -60,6 +60,24 @@ class FencedError(ConflictError):
     code = "fenced"
 
 
+class PayloadTooLargeError(CorralError):
+    """A request body (a manifest) past the server's ``limits.max_request_bytes``."""
+
+    status_code = 413
+    code = "too_large"
+
+
+class LimitExceededError(CorralError):
+    """An abuse limit: too many pending jobs or submissions too fast (retry later)."""
+
+    status_code = 429
+    code = "limit_exceeded"
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
 class ConnectionFailedError(CorralError):
     """The client could not reach any server address."""
 
@@ -84,6 +102,8 @@ ERRORS_BY_CODE: dict[str, type[CorralError]] = {
         FencedError,
         AuthenticationError,
         PermissionDeniedError,
+        PayloadTooLargeError,
+        LimitExceededError,
         ConnectionFailedError,
         TrainError,
     )

@@ -50,8 +50,16 @@ def start_server(home: Path, config: str | None = None, **settings: object) -> t
             **settings,  # type: ignore[arg-type]
         )
     )
+    tls = ctx.settings.tls_cert is not None
     server = uvicorn.Server(
-        uvicorn.Config(create_app(ctx), host="127.0.0.1", port=port, log_level="warning")
+        uvicorn.Config(
+            create_app(ctx),
+            host="127.0.0.1",
+            port=port,
+            log_level="warning",
+            ssl_certfile=ctx.settings.tls_cert,
+            ssl_keyfile=ctx.settings.tls_key,
+        )
     )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -60,7 +68,7 @@ def start_server(home: Path, config: str | None = None, **settings: object) -> t
         assert time.monotonic() < deadline, "server did not start"
         time.sleep(0.02)
     handle = Server(
-        url=f"http://127.0.0.1:{port}",
+        url=f"{'https' if tls else 'http'}://127.0.0.1:{port}",
         ctx=ctx,
         home=home,
         admin_token=(home / "token").read_text().strip(),

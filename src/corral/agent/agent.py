@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import logging
 import os
+import ssl
 import threading
 import uuid
 from collections.abc import Mapping
@@ -65,6 +66,7 @@ class AgentSettings:
     sync_interval: float = 2.0
     read_gpu_health: bool = False  # report NVML readings (real GPUs) with each sync
     simulated: bool = False  # simulated GPUs: generated telemetry, CORRAL_SIM_LOAD_FILE
+    ca_cert: Path | None = None  # verify an HTTPS server with this CA (else system CAs)
 
 
 @dataclass
@@ -104,7 +106,7 @@ class Agent:
         """Register and sync until :meth:`stop`; then stop every task (grace periods apply)."""
         threading.Thread(target=self._watch, name="corral-agent-watch", daemon=True).start()
         backoff = 0.2
-        with httpx.Client(transport=self.transport, timeout=10.0) as http:
+        with httpx.Client(transport=self.transport, timeout=10.0, verify=self._verify) as http:
             self.http = http
             while not self._stop.is_set():
                 try:
@@ -146,7 +148,9 @@ class Agent:
         """Long-poll the node's change version; wake the sync loop when it moves, so that
         placements, cancels and preemptions reach this node at once."""
         since = -1
-        with httpx.Client(transport=self.transport, timeout=WATCH_TIMEOUT + 10) as http:
+        with httpx.Client(
+            transport=self.transport, timeout=WATCH_TIMEOUT + 10, verify=self._verify
+        ) as http:
             while not self._stop.is_set():
                 token = self._token
                 if token is None:
@@ -172,6 +176,11 @@ class Agent:
                     since = version
 
     # -- protocol ------------------------------------------------------------------
+
+    @property
+    def _verify(self) -> ssl.SSLContext | bool:
+        ca = self.settings.ca_cert
+        return ssl.create_default_context(cafile=str(ca)) if ca else True
 
     @property
     def _url(self) -> str:
@@ -330,6 +339,9 @@ class Agent:
             load_file.parent.mkdir(parents=True, exist_ok=True)
             load_file.unlink(missing_ok=True)
             env[SIM_LOAD_ENV] = str(load_file)
+        env["CORRAL_SERVER"] = self._url  # with CORRAL_JOB_TOKEN: report checkpoints
+        if self.settings.ca_cert:
+            env["CORRAL_CA_CERT"] = str(self.settings.ca_cert)
         launch = TaskLaunch(
             key=f"{job_id}/{attempt}/{rank}",
             command=task.command,

@@ -17,6 +17,7 @@ from corral.client.config import (
     DEFAULT_PORT,
     TOKEN_FILE,
     corral_home,
+    resolve_ca_cert,
     resolve_join_token,
     resolve_servers,
 )
@@ -156,6 +157,12 @@ def server(
         str | None,
         typer.Option(help="URL other replicas and clients reach this one at (shown in health)"),
     ] = None,
+    tls_cert: Annotated[
+        Path | None, typer.Option("--tls-cert", help="serve HTTPS with this certificate (PEM)")
+    ] = None,
+    tls_key: Annotated[
+        Path | None, typer.Option("--tls-key", help="the certificate's private key (PEM)")
+    ] = None,
 ) -> None:
     """The control plane alone (REST API, state, scheduling loop).
 
@@ -177,6 +184,11 @@ def server(
         raise ValidationError("--telemetry-retention: the age must be positive")
     if lease_ttl < 1:
         raise ValidationError(f"--lease-ttl: at least 1 second, got {lease_ttl:g}")
+    if (tls_cert is None) != (tls_key is None):
+        raise ValidationError("--tls-cert and --tls-key go together")
+    for flag, path in (("--tls-cert", tls_cert), ("--tls-key", tls_key)):
+        if path is not None and not path.is_file():
+            raise ValidationError(f"{flag}: no such file {path}")
     serve(
         ServerSettings(
             db_url=db or f"sqlite:///{home / 'corral.db'}",
@@ -191,6 +203,8 @@ def server(
             telemetry_max_samples=int(age / step) + 2 if step > 0 else 100_000,
             lease_ttl=lease_ttl,
             advertise=advertise,
+            tls_cert=tls_cert,
+            tls_key=tls_key,
         )
     )
 
@@ -226,6 +240,10 @@ def agent(
         typer.Option(
             "--checkpoint-root", help="where CORRAL_CHECKPOINT_DIR lives (shared storage)"
         ),
+    ] = None,
+    ca_cert: Annotated[
+        Path | None,
+        typer.Option("--ca-cert", help="CA certificate of an HTTPS server (or $CORRAL_CA_CERT)"),
     ] = None,
 ) -> None:
     """A node agent: registers its GPUs, runs the tasks placed on it, reports them."""
@@ -269,6 +287,7 @@ def agent(
         checkpoint_root=checkpoint_root or home / "checkpoints",
         read_gpu_health=node_file is None and simulate is None,
         simulated=node_file is not None or simulate is not None,
+        ca_cert=resolve_ca_cert(ca_cert),
     )
     worker = Agent(settings)
     signal.signal(signal.SIGTERM, lambda *_: worker.stop())

@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from corral.core.units import format_duration, format_size
-from corral.schemas.api import JobOut, NodeOut, QueueOut, ReplicaHealth, TokenOut
+from corral.schemas.api import AuditOut, JobOut, NodeOut, QueueOut, ReplicaHealth, TokenOut
 
 STATE_STYLE = {
     "pending": "yellow",
@@ -266,4 +266,22 @@ def replicas_table(replicas: list[ReplicaHealth]) -> Table:
         leader = h.leader_address or Text("none (election pending)", style="yellow")
         epoch = "" if h.leader_epoch is None else str(h.leader_epoch)
         table.add_row(r.address, h.status, h.version, role, leader, epoch)
+    return table
+
+
+def audit_table(entries: list[AuditOut]) -> Table:
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for col in ("TIME", "USER", "ROLE", "TOKEN", "METHOD", "PATH", "TARGET", "STATUS"):
+        table.add_column(col)
+    for e in entries:
+        table.add_row(
+            datetime.fromtimestamp(e.at).strftime("%Y-%m-%d %H:%M:%S"),
+            e.user or "-",
+            e.role or "-",
+            "-" if e.token_id is None else str(e.token_id),
+            e.method,
+            e.path,
+            e.target or "-",
+            str(e.status),
+        )
     return table

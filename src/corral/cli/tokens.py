@@ -9,7 +9,9 @@ import typer
 from corral.cli.common import Output, OutputOpt, ServerOpt, TokenOpt, client, console, print_json
 from corral.cli.render import tokens_table
 
-app = typer.Typer(help="API tokens (admin).", no_args_is_help=True)
+app = typer.Typer(
+    help="API tokens: admins create them; users list and revoke their own.", no_args_is_help=True
+)
 
 
 @app.command()

@@ -22,10 +22,11 @@ from typing import Any
 import httpx
 from httpx_sse import connect_sse
 
-from corral.client.config import resolve_servers, resolve_token
+from corral.client.config import resolve_ca_cert, resolve_servers, resolve_token, ssl_verify
 from corral.errors import ERRORS_BY_CODE, ConnectionFailedError, CorralError
 from corral.schemas.api import (
     AdviceOut,
+    AuditOut,
     EventItem,
     EventList,
     Health,
@@ -37,6 +38,7 @@ from corral.schemas.api import (
     TelemetrySample,
     TokenOut,
     UsageOut,
+    WhoAmI,
 )
 from corral.schemas.manifest import JobManifest, load_manifest, parse_manifest
 
@@ -44,6 +46,7 @@ TERMINAL = ("succeeded", "failed", "cancelled")
 IDEMPOTENT_METHODS = ("GET", "HEAD", "PUT", "DELETE", "OPTIONS")
 # The request never reached the server: any request may go to the next replica.
 NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+RETRY_STATUSES = (502, 503, 504)
 
 
 class Client:
@@ -53,6 +56,7 @@ class Client:
         token: str | None = None,
         transport: httpx.BaseTransport | None = None,
         timeout: float = 30.0,
+        ca_cert: str | Path | None = None,
     ) -> None:
         if isinstance(server, str) or server is None:
             self.servers = resolve_servers(server)
@@ -60,7 +64,10 @@ class Client:
             self.servers = resolve_servers(",".join(server))
         self.token = resolve_token(token)
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
-        self._http = httpx.Client(transport=transport, timeout=timeout, headers=headers)
+        verify = ssl_verify(resolve_ca_cert(ca_cert))
+        self._http = httpx.Client(
+            transport=transport, timeout=timeout, headers=headers, verify=verify
+        )
         self._current = 0
 
     def close(self) -> None:
@@ -78,33 +85,49 @@ class Client:
 
     # -- low level -----------------------------------------------------------------
 
-    def request(self, method: str, path: str, idempotent: bool | None = None, **kwargs: Any) -> Any:
+    def request(
+        self,
+        method: str,
+        path: str,
+        idempotent: bool | None = None,
+        rounds: int = 1,
+        **kwargs: Any,
+    ) -> Any:
         """One API call, failing over between replicas; raises typed ``CorralError``s.
 
         A request that could not be sent goes to the next replica. One that failed after
         it was sent (the replica died mid-request) is retried elsewhere only if it is
         ``idempotent`` (by default: every method but POST), since the first replica may
         have applied it; otherwise ``ConnectionFailedError`` says the outcome is unknown.
+        With ``rounds`` > 1 (only for calls safe to repeat), it goes round the replicas
+        again after a short pause while none answers (or all answer 502/503/504).
         """
         if idempotent is None:
             idempotent = method.upper() in IDEMPOTENT_METHODS
-        errors = []
-        for i in range(len(self.servers)):
-            index = (self._current + i) % len(self.servers)
-            url = f"{self.servers[index]}/api/v1{path}"
-            try:
-                response = self._http.request(method, url, **kwargs)
-            except httpx.TransportError as exc:
-                errors.append(f"{self.servers[index]} ({type(exc).__name__})")
-                if not idempotent and not isinstance(exc, NOT_SENT):
-                    raise ConnectionFailedError(
-                        f"{method} {path}: the connection to {self.servers[index]} broke "
-                        f"mid-request ({type(exc).__name__}); it may or may not have been "
-                        "applied"
-                    ) from exc
-                continue
-            self._current = index
-            return _decode(response)
+        errors: list[str] = []
+        for round_ in range(rounds):
+            if round_:
+                time.sleep(0.25 * 2 ** (round_ - 1))
+            errors = []
+            for i in range(len(self.servers)):
+                index = (self._current + i) % len(self.servers)
+                url = f"{self.servers[index]}/api/v1{path}"
+                try:
+                    response = self._http.request(method, url, **kwargs)
+                except httpx.TransportError as exc:
+                    errors.append(f"{self.servers[index]} ({type(exc).__name__})")
+                    if not idempotent and not isinstance(exc, NOT_SENT):
+                        raise ConnectionFailedError(
+                            f"{method} {path}: the connection to {self.servers[index]} broke "
+                            f"mid-request ({type(exc).__name__}); it may or may not have been "
+                            "applied"
+                        ) from exc
+                    continue
+                if response.status_code in RETRY_STATUSES and round_ + 1 < rounds:
+                    errors.append(f"{self.servers[index]} (HTTP {response.status_code})")
+                    continue
+                self._current = index
+                return _decode(response)
         raise ConnectionFailedError(
             f"cannot reach the Corral server at {', '.join(errors)}; is it running? "
             "(start one with `corral up`, or pass --server / set CORRAL_SERVER)"
@@ -112,13 +135,23 @@ class Client:
 
     # -- jobs ----------------------------------------------------------------------
 
-    def submit(self, manifest: JobManifest | dict | str | Path) -> JobOut:
-        """Submit a manifest (model, mapping, YAML text or a path to a YAML file)."""
+    def submit(
+        self,
+        manifest: JobManifest | dict | str | Path,
+        idempotency_key: str | None = None,
+        retries: int = 3,
+    ) -> JobOut:
+        """Submit a manifest (model, mapping, YAML text or a path to a YAML file).
+
+        Sends an ``Idempotency-Key`` (a fresh one unless given) and reuses it when it
+        retries an unanswered submission, so that a retry never creates a second job."""
         body = _as_manifest(manifest).model_dump(mode="json", exclude_none=True)
         # One key for every try: a replica that stored the job before dying mid-request
-        # makes the retry on another replica return that job instead of a second one.
-        headers = {"Idempotency-Key": uuid.uuid4().hex}
-        answer = self.request("POST", "/jobs", idempotent=True, json=body, headers=headers)
+        # makes the retry (on it or another replica) return that job, not a second one.
+        headers = {"Idempotency-Key": idempotency_key or uuid.uuid4().hex}
+        answer = self.request(
+            "POST", "/jobs", idempotent=True, rounds=retries, json=body, headers=headers
+        )
         return JobOut.model_validate(answer)
 
     def get(self, job_id: int) -> JobOut:
@@ -321,6 +354,21 @@ class Client:
 
     def revoke_token(self, token_id: int) -> TokenOut:
         return TokenOut.model_validate(self.request("DELETE", f"/tokens/{token_id}"))
+
+    def whoami(self) -> WhoAmI:
+        return WhoAmI.model_validate(self.request("GET", "/whoami"))
+
+    def audit(
+        self, user: str | None = None, since: float | None = None, limit: int = 100
+    ) -> list[AuditOut]:
+        """State-changing API calls, oldest first (admins)."""
+        params: dict[str, Any] = {"limit": limit}
+        if user is not None:
+            params["user"] = user
+        if since is not None:
+            params["since"] = since
+        entries = self.request("GET", "/audit", params=params)["entries"]
+        return [AuditOut.model_validate(e) for e in entries]
 
 
 def _as_manifest(manifest: JobManifest | dict | str | Path) -> JobManifest:

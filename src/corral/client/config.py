@@ -2,12 +2,15 @@
 
 Server: ``--server``, else ``$CORRAL_SERVER``, else the address ``corral up`` recorded in
 ``$CORRAL_HOME/server``, else ``http://127.0.0.1:7733``. A comma-separated list means
-replicas. Token: ``--token``, else ``$CORRAL_TOKEN``, else ``$CORRAL_HOME/token``.
+replicas. Token: ``--token``, else ``$CORRAL_TOKEN``, else ``$CORRAL_HOME/token``. CA
+certificate for an HTTPS server: ``--ca-cert``, else ``$CORRAL_CA_CERT``, else
+``$CORRAL_HOME/ca.pem`` (``corral login --ca-cert`` copies it there), else the system CAs.
 """
 
 from __future__ import annotations
 
 import os
+import ssl
 from pathlib import Path
 
 DEFAULT_PORT = 7733
@@ -15,6 +18,7 @@ DEFAULT_SERVER = f"http://127.0.0.1:{DEFAULT_PORT}"
 SERVER_FILE = "server"
 TOKEN_FILE = "token"
 JOIN_TOKEN_FILE = "join-token"
+CA_FILE = "ca.pem"
 
 
 def corral_home() -> Path:
@@ -41,6 +45,38 @@ def resolve_token(token: str | None = None) -> str | None:
 
 def resolve_join_token(token: str | None = None) -> str | None:
     return token or os.environ.get("CORRAL_JOIN_TOKEN") or _read(corral_home() / JOIN_TOKEN_FILE)
+
+
+def resolve_ca_cert(ca_cert: str | Path | None = None) -> Path | None:
+    """The CA bundle to verify the server with; None: the system CAs."""
+    value = ca_cert or os.environ.get("CORRAL_CA_CERT")
+    if value:
+        return Path(value).expanduser()
+    stored = corral_home() / CA_FILE
+    return stored if stored.is_file() else None
+
+
+def ssl_verify(ca_cert: Path | None) -> ssl.SSLContext | bool:
+    """httpx's ``verify``: a context trusting ``ca_cert``, else the system CAs."""
+    if ca_cert is None:
+        return True
+    try:
+        return ssl.create_default_context(cafile=str(ca_cert))
+    except (OSError, ssl.SSLError) as exc:
+        from corral.errors import ValidationError
+
+        raise ValidationError(f"CA certificate {ca_cert}: cannot be loaded ({exc})") from None
+
+
+def store(name: str, text: str) -> Path:
+    """Write ``$CORRAL_HOME/name`` readable by its owner only (0600)."""
+    path = corral_home() / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text if text.endswith("\n") else text + "\n")
+    return path
 
 
 def _normalize(address: str) -> str:

@@ -30,6 +30,12 @@ class QueueConfig:
     borrowing_limit: tuple[tuple[str, float], ...] = ()
     placement: PlacementPolicy | None = None
     idle: IdlePolicy | None = None  # None: the cluster's ``policy.idle``
+    users: tuple[str, ...] | None = None  # who may submit here (None: everyone)
+    max_pending: int | None = None  # pending jobs in this queue (None: limits.*)
+    max_pending_per_user: int | None = None  # one user's pending jobs here (None: limits.*)
+
+    def allows(self, user: str) -> bool:
+        return self.users is None or user in self.users
 
 
 @dataclass(frozen=True)
@@ -53,6 +59,20 @@ class Policy:
     idle: IdlePolicy = field(default_factory=IdlePolicy)  # for queues without their own
 
 
+@dataclass(frozen=True)
+class Limits:
+    """Abuse limits the control plane enforces on submissions (``limits:`` in the file).
+
+    ``None`` means unlimited. The submission rate is a per-user token bucket kept by each
+    server replica (``submission_burst`` tokens, refilled at ``submissions_per_second``)."""
+
+    max_pending_per_user: int | None = None
+    max_pending_per_queue: int | None = None
+    submissions_per_second: float | None = None
+    submission_burst: int | None = None  # default: max(1, submissions_per_second)
+    max_request_bytes: int = 1 << 20  # user API request bodies; larger: 413
+
+
 DEFAULT_PRIORITY_CLASSES = (
     PriorityClass("low", 0, True),
     PriorityClass("normal", 100, True),
@@ -67,6 +87,7 @@ class SchedulerConfig:
     priority_classes: tuple[PriorityClass, ...] = DEFAULT_PRIORITY_CLASSES
     policy: Policy = field(default_factory=Policy)
     plugins: tuple[PluginRef, ...] = ()
+    limits: Limits = field(default_factory=Limits)
 
     def queue(self, name: str) -> QueueConfig:
         """The queue called ``name``; ``ValidationError`` listing the known ones otherwise."""

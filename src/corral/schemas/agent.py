@@ -6,18 +6,18 @@ lacks; the answer is everything the agent should run. Either side may restart.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from corral.schemas.common import Strict
+from corral.schemas.common import Count, Int64, Strict
 
 
 class DeviceIn(Strict):
-    index: int = Field(ge=0)
+    index: Count
     model: str
-    memory: int = Field(ge=0)
-    nvlink_domain: int = 0
+    memory: Count
+    nvlink_domain: Int64 = 0
     uuid: str | None = None
     mig: list[str] = Field(default_factory=list)
     kind: Literal["gpu", "tpu"] = "gpu"  # a TPU chip's model is its generation (v5p)
@@ -40,7 +40,7 @@ class RegisterRequest(Strict):
     address: str
     devices: list[DeviceIn] = Field(default_factory=list)
     cpus: float = Field(ge=0)
-    memory: int = Field(ge=0)
+    memory: Count
     network: list[str] = Field(default_factory=list)
     labels: dict[str, str] = Field(default_factory=dict)
     attributes: dict[str, float] = Field(default_factory=dict)  # for scoring plugins
@@ -53,21 +53,21 @@ class RegisterResponse(BaseModel):
 
 
 class TaskReport(Strict):
-    job_id: int
-    attempt: int
-    rank: int
+    job_id: Int64
+    attempt: Int64
+    rank: Int64
     state: str  # running | terminating | exited
-    pid: int | None = None
-    exit_code: int | None = None
+    pid: Int64 | None = None
+    exit_code: Int64 | None = None
     started_at: float | None = None
     ended_at: float | None = None
 
 
 class LogChunk(Strict):
-    job_id: int
-    attempt: int
-    rank: int
-    offset: int = Field(ge=0)
+    job_id: Int64
+    attempt: Int64
+    rank: Int64
+    offset: Count
     data: str  # base64
 
 
@@ -94,7 +94,7 @@ class SyncRequest(Strict):
     agent_id: str
     tasks: list[TaskReport] = Field(default_factory=list)
     logs: list[LogChunk] = Field(default_factory=list)
-    free_ports: list[int] = Field(default_factory=list)
+    free_ports: list[Annotated[int, Field(ge=0, le=65535)]] = Field(default_factory=list)
     attributes: dict[str, float] | None = None  # fresh readings (temperature...); None: same
     shutdown: bool = False  # the agent is stopping: its tasks are gone, requeue their jobs
     gpus: list[GpuTelemetry] | None = None  # per-GPU readings at this sync; None: none taken

@@ -253,3 +253,28 @@ class UsageOut(BaseModel):
 class ErrorOut(BaseModel):
     code: str
     message: str
+
+
+class WhoAmI(BaseModel):
+    """The caller as the server sees the token."""
+
+    user: str
+    role: str  # admin | user | join | node
+    token_id: int
+    node: str | None = None  # a node credential's node
+
+
+class AuditOut(BaseModel):
+    id: int
+    at: float
+    user: str | None  # None: the call carried no valid credential
+    role: str | None
+    token_id: int | None
+    method: str
+    path: str
+    target: str | None  # job id, node name or token id
+    status: int  # the HTTP status answered
+
+
+class AuditList(BaseModel):
+    entries: list[AuditOut]

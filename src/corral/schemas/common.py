@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic import ValidationError as PydanticValidationError
 
 from corral.core.units import parse_duration, parse_size
@@ -18,14 +18,21 @@ class Strict(BaseModel):
 
 
 def _duration(value: object) -> object:
-    return value if value is None else parse_duration(value)  # type: ignore[arg-type]
+    if value is not None and not isinstance(value, int | float | str):
+        raise ValueError(f"expected a duration such as 90s, 15m or 4h, got {value!r}")
+    return value if value is None else parse_duration(value)
 
 
 def _size(value: object) -> object:
-    return value if value is None else parse_size(value)  # type: ignore[arg-type]
+    if value is not None and not isinstance(value, int | float | str):
+        raise ValueError(f"expected a size such as 512MB or 80GB, got {value!r}")
+    return value if value is None else parse_size(value)
 
 
 Duration = Annotated[float, BeforeValidator(_duration)]
+MAX_INT = 2**63 - 1  # the largest integer the database stores
+Int64 = Annotated[int, Field(ge=-MAX_INT, le=MAX_INT)]
+Count = Annotated[int, Field(ge=0, le=MAX_INT)]
 Size = Annotated[int, BeforeValidator(_size)]
 
 

@@ -12,13 +12,14 @@ from corral.core.job import PlacementPolicy
 from corral.errors import ValidationError
 from corral.scheduling.config import (
     DEFAULT_PRIORITY_CLASSES,
+    Limits,
     PluginRef,
     Policy,
     PriorityClass,
     QueueConfig,
     SchedulerConfig,
 )
-from corral.schemas.common import Duration, Strict, validate
+from corral.schemas.common import Duration, Size, Strict, validate
 
 
 class IdleModel(Strict):
@@ -46,6 +47,9 @@ class QueueModel(Strict):
     borrowing_limit: dict[str, float] = Field(default_factory=dict)
     placement: PlacementPolicy | None = None
     idle: IdleModel | None = None
+    users: list[str] | None = None  # allow-list of submitters; absent: everyone
+    max_pending: int | None = Field(default=None, ge=0)
+    max_pending_per_user: int | None = Field(default=None, ge=0)
 
     @model_validator(mode="after")
     def _amounts(self) -> QueueModel:
@@ -76,6 +80,14 @@ class PolicyModel(Strict):
     idle: IdleModel = Field(default_factory=IdleModel)
 
 
+class LimitsModel(Strict):
+    max_pending_per_user: int | None = Field(default=None, ge=0)
+    max_pending_per_queue: int | None = Field(default=None, ge=0)
+    submissions_per_second: float | None = Field(default=None, gt=0)
+    submission_burst: int | None = Field(default=None, ge=1)
+    max_request_bytes: Size = Field(default=1 << 20, ge=1024)
+
+
 class PluginModel(Strict):
     name: str
     weight: float = 1.0
@@ -87,6 +99,7 @@ class SchedulerConfigModel(Strict):
     priority_classes: dict[str, PriorityClassModel] | None = None
     policy: PolicyModel = Field(default_factory=PolicyModel)
     plugins: list[PluginModel] = Field(default_factory=list)
+    limits: LimitsModel = Field(default_factory=LimitsModel)
 
     @model_validator(mode="after")
     def _unique(self) -> SchedulerConfigModel:
@@ -108,6 +121,9 @@ class SchedulerConfigModel(Strict):
                 borrowing_limit=tuple(sorted(q.borrowing_limit.items())),
                 placement=q.placement,
                 idle=q.idle.to_policy() if q.idle else None,
+                users=tuple(q.users) if q.users is not None else None,
+                max_pending=q.max_pending,
+                max_pending_per_user=q.max_pending_per_user,
             )
             for q in self.queues
         ) or (QueueConfig("default"),)
@@ -134,6 +150,7 @@ class SchedulerConfigModel(Strict):
                 idle=p.idle.to_policy(),
             ),
             plugins=tuple(PluginRef(x.name, x.weight, tuple(x.args.items())) for x in self.plugins),
+            limits=Limits(**self.limits.model_dump()),
         )
 
 

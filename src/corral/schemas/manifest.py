@@ -6,7 +6,7 @@ converts to the core ``JobSpec`` with :meth:`JobManifest.to_spec`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
 from pydantic import Field, field_validator, model_validator
@@ -17,14 +17,23 @@ from corral.core.tpu import parse_tpu
 from corral.errors import ValidationError
 from corral.schemas.common import Duration, Size, Strict, validate
 
+# Field lengths (abuse limits): past them a manifest is refused with 422 naming the field.
+Name = Annotated[str, Field(max_length=253)]
+Short = Annotated[str, Field(max_length=64)]
+Arg = Annotated[str, Field(max_length=65_536)]
+EnvKey = Annotated[str, Field(max_length=1024)]
+MAX_ARGS = 4096
+MAX_ENV = 1024
+MAX_SELECTOR = 64
+
 
 class Resources(Strict):
-    gpus: int | float | str = 0
-    gpu_model: str | None = None
+    gpus: int | float | Short = 0
+    gpu_model: Name | None = None
     gpu_memory: Size | None = None
     cpus: float | None = Field(default=None, ge=0)
     memory: Size | None = None
-    tpu: str | None = None  # GENERATION:SHAPE, e.g. v5p:2x2x4 (chips)
+    tpu: Short | None = None  # GENERATION:SHAPE, e.g. v5p:2x2x4 (chips)
 
     @field_validator("gpus", mode="before")
     @classmethod
@@ -48,22 +57,24 @@ class TopologyModel(Strict):
 class JobManifest(Strict):
     name: str | None = Field(default=None, max_length=253)
     queue: str = Field(default="default", min_length=1, max_length=253)
-    priority: int | str | None = None
+    priority: Annotated[int, Field(ge=-(2**31), le=2**31 - 1)] | Short | None = None
     # default 1; for a TPU slice, its host count (derived at submission when left out)
     nodes: int | None = Field(default=None, ge=1, le=100_000)
     tasks_per_node: int = Field(default=1, ge=1, le=1024)
     resources: Resources = Field(default_factory=Resources)
     topology: TopologyModel | None = None
     placement: PlacementPolicy | None = None
-    node_selector: dict[str, str] = Field(default_factory=dict)
+    node_selector: dict[Name, Name] = Field(default_factory=dict, max_length=MAX_SELECTOR)
     time_limit: Duration | None = None
     runtime_estimate: Duration | None = None
     preemptible: bool | None = None
     grace_period: Duration = 30.0
     requeue: bool = True
-    command: list[str] | str
-    env: dict[str, str] = Field(default_factory=dict)
-    workdir: str | None = None
+    command: (
+        Annotated[list[Arg], Field(max_length=MAX_ARGS)] | Annotated[str, Field(max_length=131_072)]
+    )
+    env: dict[EnvKey, Arg] = Field(default_factory=dict, max_length=MAX_ENV)
+    workdir: Annotated[str, Field(max_length=4096)] | None = None
 
     @field_validator("command")
     @classmethod

@@ -14,13 +14,14 @@ from fastapi import FastAPI
 import corral
 from corral.scheduling.registry import build_profile
 from corral.schemas.config import load_config
+from corral.server.audit import AuditMiddleware, BodyLimitMiddleware
 from corral.server.context import Context, ServerSettings
 from corral.server.db.engine import make_engine, migrate, session_factory
 from corral.server.errors import install_error_handlers
 from corral.server.leader import Leadership
 from corral.server.loop import ControlLoop
 from corral.server.routers import agent, cluster, events, jobs, monitoring
-from corral.server.services.auth import TokenService
+from corral.server.services.auth import JOB_KEY, TokenService, server_secret
 from corral.server.telemetry import TelemetryStore
 from corral.server.ui import dashboard_url, mount_dashboard
 
@@ -29,7 +30,8 @@ log = logging.getLogger("corral.server")
 
 
 def build_context(settings: ServerSettings) -> Context:
-    """Open (and migrate) the database, load the configuration, bootstrap tokens."""
+    """Open (and migrate) the database, load the configuration, bootstrap tokens and the
+    job-token key (shared by every replica through the database)."""
     text = settings.config_path.read_text() if settings.config_path else None
     config = load_config(text, str(settings.config_path or "scheduler config"))
     engine = make_engine(settings.db_url)
@@ -47,6 +49,7 @@ def build_context(settings: ServerSettings) -> Context:
         ),
         leadership=Leadership(sessions, settings.url, ttl=settings.lease_ttl),
     )
+    ctx.job_key = server_secret(ctx.sessions, JOB_KEY, ctx.clock())
     TokenService(ctx).bootstrap()
     return ctx
 
@@ -76,6 +79,8 @@ def create_app(ctx: Context, run_loop: bool = True) -> FastAPI:
     )
     app.state.ctx = ctx
     install_error_handlers(app)
+    app.add_middleware(BodyLimitMiddleware, ctx=ctx)
+    app.add_middleware(AuditMiddleware, ctx=ctx)  # outermost: it sees refusals too
     for module in (jobs, cluster, agent, monitoring, events):
         app.include_router(module.router, prefix=API_PREFIX)
     mount_dashboard(app)
@@ -98,6 +103,8 @@ def serve(settings: ServerSettings) -> None:
         port=settings.port,
         log_level="warning",
         timeout_graceful_shutdown=5,
+        ssl_certfile=settings.tls_cert,
+        ssl_keyfile=settings.tls_key,
     )
     _Server(config, on_exit=ctx.watch.close).run()
 

@@ -15,6 +15,7 @@ from corral.scheduling.framework import Profile
 from corral.server.leader import Leadership
 from corral.server.metrics import ServerMetrics
 from corral.server.services.catalog import NodeCatalog
+from corral.server.services.ratelimit import SubmitLimiter
 from corral.server.telemetry import (
     DEFAULT_MAX_AGE,
     DEFAULT_MAX_SAMPLES,
@@ -45,6 +46,9 @@ class ServerSettings:
     def url(self) -> str:
         return self.advertise or f"http://{self.host}:{self.port}"
 
+    tls_cert: Path | None = None  # serve HTTPS with this certificate and key
+    tls_key: Path | None = None
+
 
 @dataclass
 class Context:
@@ -60,6 +64,8 @@ class Context:
     telemetry: TelemetryStore = field(default_factory=TelemetryStore)
     metrics: ServerMetrics = field(default_factory=ServerMetrics)
     leadership: Leadership | None = None  # this replica's side of the leader election
+    job_key: bytes = b""  # signs job tokens; loaded from the database at start
+    submissions: SubmitLimiter = field(default_factory=SubmitLimiter)
 
     def wake(self) -> None:
         """Ask the control loop for a scheduling cycle soon."""

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import math
+
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
 
-from corral.errors import CorralError, ValidationError
+from corral.errors import CorralError, LimitExceededError, ValidationError
 
 
 def _body(code: str, message: str) -> dict[str, str]:
@@ -27,7 +30,30 @@ def describe_request_errors(exc: RequestValidationError) -> str:
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(CorralError)
     async def _corral(_request: Request, exc: CorralError) -> JSONResponse:
-        return JSONResponse(_body(exc.code, exc.message), status_code=exc.status_code)
+        headers = None
+        if isinstance(exc, LimitExceededError) and exc.retry_after is not None:
+            headers = {"Retry-After": str(max(1, math.ceil(exc.retry_after)))}
+        return JSONResponse(
+            _body(exc.code, exc.message), status_code=exc.status_code, headers=headers
+        )
+
+    @app.exception_handler(HTTPException)
+    async def _http(_request: Request, exc: HTTPException) -> JSONResponse:
+        """Framework refusals (unreadable body, unknown path, wrong method) in our shape."""
+        code = {400: "invalid", 404: "not_found", 405: "method_not_allowed"}.get(
+            exc.status_code, "http_error"
+        )
+        return JSONResponse(
+            _body(code, str(exc.detail)), status_code=exc.status_code, headers=exc.headers
+        )
+
+    @app.exception_handler(OverflowError)
+    async def _overflow(_request: Request, exc: OverflowError) -> JSONResponse:
+        """A number past what the database stores (a safety net behind schema bounds)."""
+        return JSONResponse(
+            _body(ValidationError.code, f"a number is too large: {exc}"),
+            status_code=ValidationError.status_code,
+        )
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:

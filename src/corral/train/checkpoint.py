@@ -36,6 +36,7 @@ import os
 import pickle
 import re
 import shutil
+import ssl
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -302,6 +303,7 @@ def notify_checkpoint(
 
     Needs ``CORRAL_SERVER`` (first address of a comma-separated list), ``CORRAL_JOB_ID``
     and a token: ``CORRAL_JOB_TOKEN``, else ``CORRAL_TOKEN``. Without them it does nothing.
+    An HTTPS server is verified with ``CORRAL_CA_CERT`` when set (else the system CAs).
     Returns whether the server accepted it.
     """
     env = os.environ if env is None else env
@@ -312,7 +314,9 @@ def notify_checkpoint(
         return False
     url = f"{server}/api/v1/jobs/{job_id}/checkpoint"
     try:
-        with httpx.Client(transport=transport, timeout=NOTIFY_TIMEOUT) as http:
+        ca = env.get("CORRAL_CA_CERT")
+        verify = ssl.create_default_context(cafile=ca) if ca else True
+        with httpx.Client(transport=transport, timeout=NOTIFY_TIMEOUT, verify=verify) as http:
             response = http.post(
                 url,
                 json={"step": step, "path": path},

@@ -181,3 +181,42 @@ class LeaseRow(Base):
     wakes: Mapped[int] = mapped_column(BigInteger, default=0)
     changes: Mapped[int] = mapped_column(BigInteger, default=0)
     changed_nodes: Mapped[list | None] = mapped_column(JSON)  # of the last change; None: any
+
+
+class ServerSecretRow(Base):
+    """A secret shared by every replica (e.g. the key that signs job tokens), created once."""
+
+    __tablename__ = "server_secrets"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(String(128))
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class IdempotencyKeyRow(Base):
+    """A submission's ``Idempotency-Key``: one job per (user, key), enforced by the primary key."""
+
+    __tablename__ = "idempotency_keys"
+
+    user: Mapped[str] = mapped_column(String(128), primary_key=True)
+    key: Mapped[str] = mapped_column(String(255), primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"))
+    manifest_hash: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class AuditRow(Base):
+    """One state-changing API call: who, what, when and how it ended."""
+
+    __tablename__ = "audit"
+    __table_args__ = (Index("ix_audit_user_at", "user", "at"), Index("ix_audit_at", "at"))
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    at: Mapped[float] = mapped_column(Float)
+    user: Mapped[str | None] = mapped_column(String(128))  # None: no valid credential
+    role: Mapped[str | None] = mapped_column(String(16))
+    token_id: Mapped[int | None] = mapped_column(Integer)
+    method: Mapped[str] = mapped_column(String(8))
+    path: Mapped[str] = mapped_column(String(1024))
+    target: Mapped[str | None] = mapped_column(String(253))  # job id, node name, token id
+    status: Mapped[int] = mapped_column(Integer)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Query, Request
 
 from corral.errors import PermissionDeniedError
 from corral.schemas.agent import (
@@ -12,6 +12,7 @@ from corral.schemas.agent import (
     SyncResponse,
     WatchResponse,
 )
+from corral.server.audit import note
 from corral.server.context import Context
 from corral.server.db.models import TokenRow
 from corral.server.deps import context, joiner, node_agent
@@ -23,8 +24,12 @@ router = APIRouter(prefix="/agent", tags=["agent"])
 
 @router.post("/register", response_model=RegisterResponse)
 def register(
-    body: RegisterRequest, ctx: Context = Depends(context), _: TokenRow = Depends(joiner)
+    body: RegisterRequest,
+    request: Request,
+    ctx: Context = Depends(context),
+    _: TokenRow = Depends(joiner),
 ) -> RegisterResponse:
+    note(request, target=body.name)
     NodeService(ctx).register(body)
     _, secret = TokenService(ctx).create(f"node:{body.name}", "node", node=body.name)
     return RegisterResponse(

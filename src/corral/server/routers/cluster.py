@@ -1,14 +1,16 @@
-"""Nodes, queues, tokens and health."""
+"""Nodes, queues, tokens, the caller, the audit log and health."""
 
 from __future__ import annotations
 
 import time
+from typing import Annotated
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Path, Query, Request
 from sqlalchemy.exc import SQLAlchemyError
 
 import corral
 from corral.schemas.api import (
+    AuditList,
     Health,
     NodeList,
     NodeOut,
@@ -16,10 +18,13 @@ from corral.schemas.api import (
     TokenCreate,
     TokenList,
     TokenOut,
+    WhoAmI,
 )
+from corral.server.audit import note
 from corral.server.context import Context
 from corral.server.db.models import TokenRow
-from corral.server.deps import admin, context, user
+from corral.server.deps import admin, any_token, context, user
+from corral.server.services.audit import list_audit
 from corral.server.services.auth import TokenService
 from corral.server.services.nodes import NodeService
 from corral.server.services.queues import list_queues
@@ -80,22 +85,50 @@ def queues(ctx: Context = Depends(context), _: TokenRow = Depends(user)) -> Queu
 
 @router.post("/tokens", response_model=TokenOut, status_code=201, tags=["tokens"])
 def create_token(
-    body: TokenCreate, ctx: Context = Depends(context), _: TokenRow = Depends(admin)
+    body: TokenCreate,
+    request: Request,
+    ctx: Context = Depends(context),
+    _: TokenRow = Depends(admin),
 ) -> TokenOut:
     row, secret = TokenService(ctx).create(body.user, body.role)
+    note(request, target=row.id)
     return _token_out(row, secret)
 
 
 @router.get("/tokens", response_model=TokenList, tags=["tokens"])
-def list_tokens(ctx: Context = Depends(context), _: TokenRow = Depends(admin)) -> TokenList:
-    return TokenList(tokens=[_token_out(r) for r in TokenService(ctx).list()])
+def list_tokens(ctx: Context = Depends(context), token: TokenRow = Depends(user)) -> TokenList:
+    """Every user and admin token (for a user: their own)."""
+    owner = None if token.role == "admin" else token.user
+    return TokenList(tokens=[_token_out(r) for r in TokenService(ctx).list(owner)])
 
 
 @router.delete("/tokens/{token_id}", response_model=TokenOut, tags=["tokens"])
 def revoke_token(
-    token_id: int, ctx: Context = Depends(context), _: TokenRow = Depends(admin)
+    token_id: Annotated[int, Path(ge=1, le=2**63 - 1)],
+    ctx: Context = Depends(context),
+    token: TokenRow = Depends(user),
 ) -> TokenOut:
-    return _token_out(TokenService(ctx).revoke(token_id))
+    """Revoke a token (a user: one of their own)."""
+    owner = None if token.role == "admin" else token.user
+    return _token_out(TokenService(ctx).revoke(token_id, owner))
+
+
+@router.get("/whoami", response_model=WhoAmI, tags=["tokens"])
+def whoami(token: TokenRow = Depends(any_token)) -> WhoAmI:
+    """Who the presented token belongs to (any live token)."""
+    return WhoAmI(user=token.user, role=token.role, token_id=token.id, node=token.node)
+
+
+@router.get("/audit", response_model=AuditList, tags=["audit"])
+def audit(
+    user: str | None = Query(None, max_length=128, description="only this user's calls"),
+    since: float | None = Query(None, description="only calls at or after (Unix time)"),
+    limit: int = Query(100, ge=1, le=10_000),
+    ctx: Context = Depends(context),
+    _: TokenRow = Depends(admin),
+) -> AuditList:
+    """State-changing API calls, oldest first (admins)."""
+    return AuditList(entries=list_audit(ctx, user, since, limit))
 
 
 def _token_out(row: TokenRow, secret: str | None = None) -> TokenOut:

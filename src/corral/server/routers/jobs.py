@@ -1,24 +1,66 @@
+"""Jobs: users see and act on their own jobs only (admins on all); other users' jobs are
+answered as not found."""
+
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Query
+from typing import Annotated
 
+from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
+
+from corral.errors import PermissionDeniedError
 from corral.schemas.api import AdviceOut, CheckpointIn, JobList, JobOut, LogOut
 from corral.schemas.manifest import JobManifest
+from corral.server.audit import note
 from corral.server.context import Context
 from corral.server.db.models import TokenRow
-from corral.server.deps import context, user
+from corral.server.deps import checkpoint_caller, context, user
 from corral.server.services.advice import job_advice
 from corral.server.services.jobs import JobService
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
+MAX_INT = 2**63 - 1  # what the database stores
+JobId = Annotated[int, Path(ge=1, le=MAX_INT, description="the job's id")]
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        min_length=1,
+        max_length=255,
+        description="a retried POST with the same key returns the same job",
+    ),
+]
+
+
+def _owner(token: TokenRow) -> str | None:
+    """Whose jobs the caller may touch: None (all) for admins."""
+    return None if token.role == "admin" else token.user
+
+
+def _own(ctx: Context, job_id: JobId, token: TokenRow) -> JobService:
+    service = JobService(ctx)
+    service.owner_check(job_id, _owner(token))
+    return service
 
 
 @router.post("", status_code=201, response_model=JobOut)
 def submit(
-    manifest: JobManifest, ctx: Context = Depends(context), token: TokenRow = Depends(user)
+    manifest: JobManifest,
+    request: Request,
+    response: Response,
+    idempotency_key: IdempotencyKey = None,
+    ctx: Context = Depends(context),
+    token: TokenRow = Depends(user),
 ) -> JobOut:
-    """Submit a job (the manifest of SPEC section 2). Refused if it can never fit."""
-    return JobService(ctx).submit(manifest, token.user)
+    """Submit a job (the manifest of SPEC section 2). Refused if it can never fit, if the
+    queue does not admit the caller, or past a limit. A replayed ``Idempotency-Key``
+    answers 200 with the job the first submission created."""
+    job, created = JobService(ctx).submit(
+        manifest, token.user, admin=token.role == "admin", idempotency_key=idempotency_key
+    )
+    note(request, target=job.id)
+    if not created:
+        response.status_code = 200
+    return job
 
 
 @router.get("", response_model=JobList)
@@ -28,49 +70,72 @@ def list_jobs(
     state: str | None = None,
     limit: int = Query(1000, ge=1, le=100_000),
     ctx: Context = Depends(context),
-    _: TokenRow = Depends(user),
+    token: TokenRow = Depends(user),
 ) -> JobList:
-    return JobList(jobs=JobService(ctx).list(all, queue, state, limit))
+    """The caller's jobs (an admin's: everyone's)."""
+    return JobList(jobs=JobService(ctx).list(all, queue, state, limit, user=_owner(token)))
 
 
 @router.get("/{job_id}", response_model=JobOut)
-def get_job(job_id: int, ctx: Context = Depends(context), _: TokenRow = Depends(user)) -> JobOut:
-    return JobService(ctx).get(job_id)
+def get_job(
+    job_id: JobId, ctx: Context = Depends(context), token: TokenRow = Depends(user)
+) -> JobOut:
+    return _own(ctx, job_id, token).get(job_id)
 
 
 @router.get("/{job_id}/advice", response_model=AdviceOut)
-def advice(job_id: int, ctx: Context = Depends(context), _: TokenRow = Depends(user)) -> AdviceOut:
+def advice(
+    job_id: JobId, ctx: Context = Depends(context), token: TokenRow = Depends(user)
+) -> AdviceOut:
     """What would let a pending job start sooner, from the cluster's state now."""
+    _own(ctx, job_id, token)
     return job_advice(ctx, job_id)
 
 
 @router.post("/{job_id}/cancel", response_model=JobOut)
-def cancel(job_id: int, ctx: Context = Depends(context), _: TokenRow = Depends(user)) -> JobOut:
-    return JobService(ctx).cancel(job_id)
+def cancel(
+    job_id: JobId, ctx: Context = Depends(context), token: TokenRow = Depends(user)
+) -> JobOut:
+    return _own(ctx, job_id, token).cancel(job_id)
 
 
 @router.post("/{job_id}/preempt", response_model=JobOut)
-def preempt(job_id: int, ctx: Context = Depends(context), _: TokenRow = Depends(user)) -> JobOut:
-    return JobService(ctx).preempt(job_id)
+def preempt(
+    job_id: JobId, ctx: Context = Depends(context), token: TokenRow = Depends(user)
+) -> JobOut:
+    return _own(ctx, job_id, token).preempt(job_id)
 
 
 @router.post("/{job_id}/checkpoint", response_model=JobOut)
 def checkpoint(
-    job_id: int,
+    job_id: JobId,
     body: CheckpointIn,
     ctx: Context = Depends(context),
-    _: TokenRow = Depends(user),
+    caller: tuple[int, TokenRow | None] = Depends(checkpoint_caller),
 ) -> JobOut:
-    return JobService(ctx).checkpoint(job_id, body.step, body.path)
+    """The job reports a checkpoint: with its own ``CORRAL_JOB_TOKEN`` (current attempt
+    only), or with its owner's (or an admin's) token."""
+    attempt, token = caller
+    if token is not None:
+        service = _own(ctx, job_id, token)
+    else:
+        service = JobService(ctx)
+        current = service.current_attempt(job_id)
+        if attempt != current:
+            raise PermissionDeniedError(
+                f"this job token is for attempt {attempt} of job {job_id}; "
+                f"its current attempt is {current}"
+            )
+    return service.checkpoint(job_id, body.step, body.path)
 
 
 @router.get("/{job_id}/logs", response_model=LogOut)
 def logs(
-    job_id: int,
-    task: int = Query(0, ge=0),
-    attempt: int | None = Query(None, ge=0),
-    offset: int = Query(0, ge=0),
+    job_id: JobId,
+    task: int = Query(0, ge=0, le=MAX_INT),
+    attempt: int | None = Query(None, ge=0, le=MAX_INT),
+    offset: int = Query(0, ge=0, le=MAX_INT),
     ctx: Context = Depends(context),
-    _: TokenRow = Depends(user),
+    token: TokenRow = Depends(user),
 ) -> LogOut:
-    return JobService(ctx).logs(job_id, task, attempt, offset)
+    return _own(ctx, job_id, token).logs(job_id, task, attempt, offset)

@@ -1,22 +1,31 @@
-"""API tokens: stored hashed; roles admin, user, join (agents joining) and node."""
+"""Credentials: API tokens (stored hashed; roles admin, user, join and node) and job tokens.
+
+A job token (``CORRAL_JOB_TOKEN`` in a task's environment) is not stored: it is an HMAC of
+the job id and attempt under a key kept in the database (``server_secrets``), so that every
+replica derives and checks the same token, and it stays stable across an agent's syncs.
+"""
 
 from __future__ import annotations
 
 import getpass
 import hashlib
+import hmac
 import os
 import secrets
 from pathlib import Path
 
 from sqlalchemy import func, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, sessionmaker
 
 from corral.errors import AuthenticationError, NotFoundError
 from corral.server.context import Context
-from corral.server.db.models import TokenRow
+from corral.server.db.models import ServerSecretRow, TokenRow
 
 ADMIN_TOKEN_FILE = "token"
 JOIN_TOKEN_FILE = "join-token"
+JOB_TOKEN_PREFIX = "crj_"
+JOB_KEY = "job-token-key"
 
 
 def hash_secret(secret: str) -> str:
@@ -32,6 +41,41 @@ def write_secret(path: Path, secret: str) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as handle:
         handle.write(secret + "\n")
+
+
+def server_secret(sessions: sessionmaker[Session], name: str, now: float) -> bytes:
+    """The secret ``name`` shared by all replicas; the first replica to start creates it."""
+    for _ in range(2):
+        with sessions() as session:
+            row = session.get(ServerSecretRow, name)
+            if row is not None:
+                return bytes.fromhex(row.value)
+        try:
+            with sessions.begin() as session:
+                session.add(ServerSecretRow(name=name, value=secrets.token_hex(32), created_at=now))
+        except IntegrityError:  # another replica created it first: read theirs
+            continue
+    with sessions() as session:
+        row = session.get(ServerSecretRow, name)
+        assert row is not None
+        return bytes.fromhex(row.value)
+
+
+def job_token(key: bytes, job_id: int, attempt: int) -> str:
+    """The credential of one attempt of one job (``CORRAL_JOB_TOKEN``)."""
+    digest = hmac.new(key, f"job:{job_id}:{attempt}".encode(), hashlib.sha256).hexdigest()
+    return f"{JOB_TOKEN_PREFIX}{job_id}.{attempt}.{digest}"
+
+
+def parse_job_token(key: bytes, secret: str) -> tuple[int, int] | None:
+    """``(job id, attempt)`` of a genuine job token; None for anything else."""
+    try:
+        job_id, attempt, _ = secret.removeprefix(JOB_TOKEN_PREFIX).split(".")
+        ids = int(job_id), int(attempt)
+    except ValueError:
+        return None
+    expected = job_token(key, *ids)
+    return ids if hmac.compare_digest(expected.encode(), secret.encode()) else None
 
 
 class TokenService:
@@ -88,20 +132,19 @@ class TokenService:
             raise AuthenticationError("invalid or revoked API token")
         return row
 
-    def list(self) -> list[TokenRow]:
+    def list(self, user: str | None = None) -> list[TokenRow]:
+        """Admin and user tokens; only ``user``'s when given."""
+        query = select(TokenRow).where(TokenRow.role.in_(("admin", "user")))
+        if user is not None:
+            query = query.where(TokenRow.user == user)
         with self.ctx.sessions() as session:
-            return list(
-                session.scalars(
-                    select(TokenRow)
-                    .where(TokenRow.role.in_(("admin", "user")))
-                    .order_by(TokenRow.id)
-                )
-            )
+            return list(session.scalars(query.order_by(TokenRow.id)))
 
-    def revoke(self, token_id: int) -> TokenRow:
+    def revoke(self, token_id: int, user: str | None = None) -> TokenRow:
+        """Revoke a token; with ``user``, only one of that user's own (others: not found)."""
         with self.ctx.sessions.begin() as session:
             row = session.get(TokenRow, token_id)
-            if row is None:
+            if row is None or (user is not None and row.user != user):
                 raise NotFoundError(f"no token with id {token_id}")
             if row.revoked_at is None:
                 row.revoked_at = self.ctx.clock()

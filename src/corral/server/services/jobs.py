@@ -2,17 +2,35 @@
 
 from __future__ import annotations
 
-from sqlalchemy import select
+import hashlib
+import json
+
+from sqlalchemy import func, select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from corral.core.job import JobState
 from corral.core.lifecycle import Transition
-from corral.errors import ConflictError, NotFoundError, UnschedulableError
+from corral.errors import (
+    ConflictError,
+    LimitExceededError,
+    NotFoundError,
+    PermissionDeniedError,
+    UnschedulableError,
+)
+from corral.scheduling.config import QueueConfig
 from corral.scheduling.feasibility import never_fits, with_tpu_hosts
 from corral.schemas.api import JobOut, LogOut
 from corral.schemas.manifest import JobManifest
 from corral.server.context import Context
-from corral.server.db.models import EventRow, JobRow, LogChunkRow, NodeRow, TaskRow
+from corral.server.db.models import (
+    EventRow,
+    IdempotencyKeyRow,
+    JobRow,
+    LogChunkRow,
+    NodeRow,
+    TaskRow,
+)
 from corral.server.services.converters import job_out, spec_of
 from corral.server.services.notify import notify_jobs
 from corral.server.services.settle import FINAL_TASK_STATES
@@ -25,48 +43,142 @@ class JobService:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
 
-    def submit(self, manifest: JobManifest, user: str) -> JobOut:
-        """Validate against the configuration and the cluster, then store as pending.
+    def submit(
+        self,
+        manifest: JobManifest,
+        user: str,
+        admin: bool = False,
+        idempotency_key: str | None = None,
+    ) -> tuple[JobOut, bool]:
+        """Validate against the configuration, the caller's rights and limits, the cluster;
+        then store as pending. Returns the job and whether it was created now.
 
         A job that can never fit is refused with ``UnschedulableError`` and nothing is stored.
+        With ``idempotency_key``, a second submission by ``user`` with the same key returns the
+        first one's job (``ConflictError`` if its manifest differs), even when both race.
         """
+        digest = manifest_hash(manifest)
+        if idempotency_key is not None:
+            existing = self._replay(user, idempotency_key, digest)
+            if existing is not None:
+                return existing, False
         spec = manifest.to_spec()
         config = self.ctx.config
-        config.queue(spec.queue)
+        queue = config.queue(spec.queue)
+        if not admin and not queue.allows(user):
+            raise PermissionDeniedError(f"queue: {user} may not submit to queue {queue.name!r}")
         priority, preemptible = config.resolve_priority(spec.priority, spec.preemptible)
+        self.ctx.submissions.take(user, config.limits)
         now = self.ctx.clock()
-        with self.ctx.sessions.begin() as session:
-            shapes = self.ctx.catalog.shapes(session, now)
-            if spec.tpu is not None:  # a TPU slice: as many nodes as the box has hosts
-                spec = with_tpu_hosts(spec, shapes)
-                manifest = manifest.model_copy(update={"nodes": spec.nodes or None})
-            reason = never_fits(spec, shapes, config)
-            if reason:  # the cached inventory may predate a node another replica registered
-                self.ctx.catalog.invalidate()
-                reason = never_fits(spec, self.ctx.catalog.shapes(session, now), config)
-            if reason:
-                raise UnschedulableError(reason)
-            row = JobRow(
-                name=spec.name,
-                user=user,
-                queue=spec.queue,
-                state=JobState.PENDING.value,
-                priority=priority,
-                priority_class=config.priority_class_name(spec.priority),
-                preemptible=preemptible,
-                manifest=manifest.model_dump(mode="json", exclude_none=True),
-                attempt=0,
-                submitted_at=now,
-                time_limit=spec.time_limit,
-                reason="waiting for the next scheduling cycle",
-                updated_at=now,
-            )
-            session.add(row)
-            session.flush()
-            record_submission(session, row, now)
-            out = job_out(row)
+        try:
+            with self.ctx.sessions.begin() as session:
+                self._check_pending(session, user, queue)
+                shapes = self.ctx.catalog.shapes(session, now)
+                if spec.tpu is not None:  # a TPU slice: as many nodes as the box has hosts
+                    spec = with_tpu_hosts(spec, shapes)
+                    manifest = manifest.model_copy(update={"nodes": spec.nodes or None})
+                reason = never_fits(spec, shapes, config)
+                if reason:  # the cached inventory may predate a node another replica added
+                    self.ctx.catalog.invalidate()
+                    reason = never_fits(spec, self.ctx.catalog.shapes(session, now), config)
+                if reason:
+                    raise UnschedulableError(reason)
+                row = JobRow(
+                    name=spec.name,
+                    user=user,
+                    queue=spec.queue,
+                    state=JobState.PENDING.value,
+                    priority=priority,
+                    priority_class=config.priority_class_name(spec.priority),
+                    preemptible=preemptible,
+                    manifest=manifest.model_dump(mode="json", exclude_none=True),
+                    attempt=0,
+                    submitted_at=now,
+                    time_limit=spec.time_limit,
+                    reason="waiting for the next scheduling cycle",
+                    updated_at=now,
+                )
+                session.add(row)
+                session.flush()
+                if idempotency_key is not None:
+                    session.add(
+                        IdempotencyKeyRow(
+                            user=user,
+                            key=idempotency_key,
+                            job_id=row.id,
+                            manifest_hash=digest,
+                            created_at=now,
+                        )
+                    )
+                    session.flush()
+                record_submission(session, row, now)
+                out = job_out(row)
+        except IntegrityError:
+            if idempotency_key is None:
+                raise
+            existing = self._replay(user, idempotency_key, digest)
+            if existing is None:
+                raise
+            return existing, False
         self.ctx.wake()
-        return out
+        return out, True
+
+    def _replay(self, user: str, key: str, digest: str) -> JobOut | None:
+        """The job an earlier submission with this key created, if any."""
+        with self.ctx.sessions() as session:
+            row = session.get(IdempotencyKeyRow, (user, key))
+            if row is None:
+                return None
+            if row.manifest_hash != digest:
+                raise ConflictError(
+                    f"Idempotency-Key {key!r} was used for job {row.job_id} with a different "
+                    "manifest; use a new key for a new job"
+                )
+            job_id = row.job_id
+        return self.get(job_id)
+
+    def _check_pending(self, session: Session, user: str, queue: QueueConfig) -> None:
+        """Refuse a submission past a pending-jobs limit (``limits`` and the queue's)."""
+        limits = self.ctx.config.limits
+        pending = (
+            select(func.count()).select_from(JobRow).where(JobRow.state == JobState.PENDING.value)
+        )
+        checks = (
+            (limits.max_pending_per_user, JobRow.user == user, f"{user} has"),
+            (
+                queue.max_pending
+                if queue.max_pending is not None
+                else limits.max_pending_per_queue,
+                JobRow.queue == queue.name,
+                f"queue {queue.name!r} has",
+            ),
+            (
+                queue.max_pending_per_user,
+                (JobRow.queue == queue.name) & (JobRow.user == user),
+                f"{user} has in queue {queue.name!r}",
+            ),
+        )
+        for limit, where, who in checks:
+            if limit is None:
+                continue
+            count = session.scalar(pending.where(where)) or 0
+            if count >= limit:
+                raise LimitExceededError(
+                    f"too many pending jobs: {who} {count} (limit {limit}); "
+                    "wait for some to start or cancel some"
+                )
+
+    def owner_check(self, job_id: int, user: str | None) -> None:
+        """``NotFoundError`` unless the job exists and (when ``user`` is given) is theirs:
+        other users' jobs are not revealed."""
+        with self.ctx.sessions() as session:
+            owner = session.scalar(select(JobRow.user).where(JobRow.id == job_id))
+        if owner is None or (user is not None and owner != user):
+            raise NotFoundError(f"no job with id {job_id}")
+
+    def current_attempt(self, job_id: int) -> int:
+        with self.ctx.sessions() as session:
+            return self._row(session, job_id).attempt
 
     def list(
         self,
@@ -74,8 +186,12 @@ class JobService:
         queue: str | None = None,
         state: str | None = None,
         limit: int = 1000,
+        user: str | None = None,
     ) -> list[JobOut]:
+        """Jobs, oldest first; only ``user``'s when given."""
         query = select(JobRow)
+        if user is not None:
+            query = query.where(JobRow.user == user)
         if state:
             query = query.where(JobRow.state == state)
         elif not include_done:
@@ -217,6 +333,12 @@ class JobService:
         for task in session.scalars(select(TaskRow).where(TaskRow.job_id.in_(job_ids))):
             result.setdefault(task.job_id, []).append(task)
         return result
+
+
+def manifest_hash(manifest: JobManifest) -> str:
+    """A stable digest of what was submitted (to tell a retry from a different job)."""
+    data = manifest.model_dump(mode="json", exclude_none=True)
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 
 def _length(model: type[LogChunkRow]):  # noqa: ANN202

@@ -25,6 +25,7 @@ from corral.schemas.api import NodeOut
 from corral.server.context import Context
 from corral.server.db.models import JobRow, LogChunkRow, NodeRow, TaskRow
 from corral.server.leader import Term
+from corral.server.services.auth import job_token
 from corral.server.services.converters import mig_names, node_of, node_out, spec_of
 from corral.server.services.notify import notify_jobs
 from corral.server.services.settle import FINAL_TASK_STATES, lose_tasks, settle_job
@@ -344,9 +345,9 @@ class NodeService:
             if job.id not in masters:
                 masters[job.id] = self._master_addr(session, job)
                 slices[job.id] = self._tpu_env(session, job)
-            desired.append(
-                task_launch(job, task, masters[job.id], slices[job.id], devices=node.devices)
-            )
+            launch = task_launch(job, task, masters[job.id], slices[job.id], devices=node.devices)
+            launch.env["CORRAL_JOB_TOKEN"] = job_token(self.ctx.job_key, job.id, job.attempt)
+            desired.append(launch)
         return desired
 
     @staticmethod
@@ -398,7 +399,7 @@ def task_launch(
 
     A task of a TPU slice also gets ``tpu`` (the slice's shared TPU variables) and
     ``TPU_WORKER_ID`` (its rank: hosts are ranked in worker order); it holds no GPUs, so
-    ``CUDA_VISIBLE_DEVICES`` is empty."""
+    ``CUDA_VISIBLE_DEVICES`` is empty. (The caller adds ``CORRAL_JOB_TOKEN``.)"""
     spec = spec_of(job)
     env = dict(spec.env)
     env.update(
