@@ -77,6 +77,23 @@ def test_users_see_and_act_on_their_own_jobs_only(tenants: Tenants) -> None:
     assert bob.list(all=True)[0].id == bob_job
 
 
+def test_users_see_only_their_own_jobs_in_events_usage_and_telemetry(tenants: Tenants) -> None:
+    s = tenants.server
+    bob, admin = s.client(tenants.bob), s.client()
+    job = str(tenants.alice_job)
+    bob_job = str(bob.submit(JOB).id)
+    admin_events = {(e.entity, e.entity_id) for e in admin.events(since_id=0, limit=1000)}
+    bob_events = {(e.entity, e.entity_id) for e in bob.events(since_id=0, limit=1000)}
+    assert {("job", job), ("job", bob_job)} <= admin_events
+    assert ("job", bob_job) in bob_events and ("job", job) not in bob_events
+    assert {r.key for r in admin.usage(by="job").rows} >= {job, bob_job}
+    bob_rows = {r.key for r in bob.usage(by="job").rows}
+    assert bob_job in bob_rows and job not in bob_rows
+    assert {r.key for r in bob.usage(by="user").rows} == {"bob"}
+    with pytest.raises(NotFoundError):
+        bob.job_telemetry(int(job))
+
+
 def test_queue_allow_list(tenants: Tenants) -> None:
     s = tenants.server
     restricted = {**JOB, "queue": "restricted"}
@@ -120,7 +137,8 @@ def _call(tenants: Tenants, token: str | None, method: str, path: str) -> int:
     http = tenants.server.http(token)
     query = {"node": "node-a", "timeout": 0}
     body = {} if method in ("POST", "PUT", "PATCH") else None
-    return http.request(method, path.removeprefix("/api/v1"), params=query, json=body).status_code
+    url = tenants.server.url + path  # absolute: some endpoints (/metrics) are outside /api/v1
+    return http.request(method, url, params=query, json=body).status_code
 
 
 def test_every_endpoint_refuses_missing_and_revoked_tokens(tenants: Tenants) -> None:

@@ -48,6 +48,11 @@ def user(token: TokenRow = Depends(any_token)) -> TokenRow:
     return token
 
 
+def owner_of(token: TokenRow) -> str | None:
+    """Whose jobs the caller may see and act on: None (everyone's) for an admin."""
+    return None if token.role == "admin" else token.user
+
+
 def admin(token: TokenRow = Depends(any_token)) -> TokenRow:
     if token.role != "admin":
         raise PermissionDeniedError("this needs an admin token")

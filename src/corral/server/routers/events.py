@@ -11,7 +11,7 @@ from corral.errors import ValidationError
 from corral.schemas.api import EventList
 from corral.server.context import Context
 from corral.server.db.models import TokenRow
-from corral.server.deps import context, user
+from corral.server.deps import context, owner_of, user
 from corral.server.services.events import event_stream, last_event_id, list_events
 
 router = APIRouter(prefix="/events", tags=["events"])
@@ -25,11 +25,13 @@ def events(
     entity: Entity | None = None,
     entity_id: str | None = None,
     ctx: Context = Depends(context),
-    _: TokenRow = Depends(user),
+    token: TokenRow = Depends(user),
 ) -> EventList:
-    """Events after ``since_id`` (oldest first); without it, the latest ``limit``."""
+    """Events after ``since_id`` (oldest first); without it, the latest ``limit``. A user
+    sees node events and their own jobs' events; an admin, all."""
     latest = since_id is None
-    found = list_events(ctx, since_id or 0, limit, entity, entity_id, latest=latest)
+    owner = owner_of(token)
+    found = list_events(ctx, since_id or 0, limit, entity, entity_id, latest, owner)
     return EventList(events=found)
 
 
@@ -41,7 +43,7 @@ async def stream(
     entity_id: str | None = None,
     last_event_header: str | None = Header(None, alias="Last-Event-ID"),
     ctx: Context = Depends(context),
-    _: TokenRow = Depends(user),
+    token: TokenRow = Depends(user),
 ) -> StreamingResponse:
     """Server-sent events: every transition from now on (or after ``Last-Event-ID`` /
     ``since_id``), with keep-alive comments."""
@@ -56,7 +58,7 @@ async def stream(
     if start is None:
         start = last_event_id(ctx)
     return StreamingResponse(
-        event_stream(ctx, start, request.is_disconnected, entity, entity_id),
+        event_stream(ctx, start, request.is_disconnected, entity, entity_id, owner_of(token)),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )

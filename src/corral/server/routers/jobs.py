@@ -13,7 +13,7 @@ from corral.schemas.manifest import JobManifest
 from corral.server.audit import note
 from corral.server.context import Context
 from corral.server.db.models import TokenRow
-from corral.server.deps import checkpoint_caller, context, user
+from corral.server.deps import checkpoint_caller, context, owner_of, user
 from corral.server.services.advice import job_advice
 from corral.server.services.jobs import JobService
 
@@ -31,14 +31,9 @@ IdempotencyKey = Annotated[
 ]
 
 
-def _owner(token: TokenRow) -> str | None:
-    """Whose jobs the caller may touch: None (all) for admins."""
-    return None if token.role == "admin" else token.user
-
-
 def _own(ctx: Context, job_id: JobId, token: TokenRow) -> JobService:
     service = JobService(ctx)
-    service.owner_check(job_id, _owner(token))
+    service.owner_check(job_id, owner_of(token))
     return service
 
 
@@ -73,7 +68,7 @@ def list_jobs(
     token: TokenRow = Depends(user),
 ) -> JobList:
     """The caller's jobs (an admin's: everyone's)."""
-    return JobList(jobs=JobService(ctx).list(all, queue, state, limit, user=_owner(token)))
+    return JobList(jobs=JobService(ctx).list(all, queue, state, limit, user=owner_of(token)))
 
 
 @router.get("/{job_id}", response_model=JobOut)

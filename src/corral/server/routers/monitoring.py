@@ -11,7 +11,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from corral.schemas.api import TelemetryOut, UsageOut
 from corral.server.context import Context
 from corral.server.db.models import TokenRow
-from corral.server.deps import context, user
+from corral.server.deps import context, owner_of, user
 from corral.server.services.jobs import JobService
 from corral.server.services.nodes import NodeService
 from corral.server.services.telemetry import job_telemetry, node_telemetry
@@ -38,10 +38,10 @@ def job_samples(
     job_id: int,
     since: float = Query(0.0, description="samples taken after this time (epoch seconds)"),
     ctx: Context = Depends(context),
-    _: TokenRow = Depends(user),
+    token: TokenRow = Depends(user),
 ) -> TelemetryOut:
-    """Recent samples of the GPUs while this job held them."""
-    JobService(ctx).get(job_id)  # 404 for an unknown job
+    """Recent samples of the GPUs while this job held them (the caller's own job)."""
+    JobService(ctx).owner_check(job_id, owner_of(token))  # 404: unknown or another's
     return TelemetryOut(samples=job_telemetry(ctx, job_id, since))
 
 
@@ -51,13 +51,15 @@ def usage(
     since: float | None = Query(None, description="window start (epoch seconds); default: all"),
     until: float | None = Query(None, description="window end (epoch seconds); default: now"),
     ctx: Context = Depends(context),
-    _: TokenRow = Depends(user),
+    token: TokenRow = Depends(user),
 ) -> UsageOut:
-    """GPU-hours allocated and used, waits, preemptions and job counts in a window."""
-    return usage_report(ctx, by, since, until)
+    """GPU-hours allocated and used, waits, preemptions and job counts in a window; a
+    user's own jobs only, an admin's every job."""
+    return usage_report(ctx, by, since, until, owner_of(token))
 
 
 @metrics_router.get("/metrics", tags=["monitoring"], response_class=Response)
 def metrics(ctx: Context = Depends(context), _: TokenRow = Depends(user)) -> Response:
-    """Prometheus text format (scrape with a bearer token)."""
+    """Prometheus text format (scrape with a bearer token). Aggregates only (per queue,
+    node, GPU model and GPU), so any user or admin token may read them."""
     return Response(ctx.metrics.render(), media_type=CONTENT_TYPE_LATEST)

@@ -11,11 +11,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 
-from sqlalchemy import select
+from sqlalchemy import String, cast, or_, select
 
 from corral.schemas.api import EventItem
 from corral.server.context import Context
-from corral.server.db.models import EventRow
+from corral.server.db.models import EventRow, JobRow
 
 POLL_SECONDS = 0.25
 STREAM_BATCH = 500
@@ -28,10 +28,17 @@ def list_events(
     entity: str | None = None,
     entity_id: str | None = None,
     latest: bool = False,
+    owner: str | None = None,
 ) -> list[EventItem]:
     """Events with an id above ``since_id``, oldest first, at most ``limit``: the first
-    ones, or with ``latest`` the last ones."""
+    ones, or with ``latest`` the last ones. With ``owner``, job events only of that user's
+    jobs (node events are everyone's)."""
     query = select(EventRow).where(EventRow.id > since_id)
+    if owner is not None:
+        own_jobs = select(cast(JobRow.id, String)).where(JobRow.user == owner)
+        query = query.where(
+            or_(EventRow.entity != "job", EventRow.entity_id.in_(own_jobs.scalar_subquery()))
+        )
     if entity:
         query = query.where(EventRow.entity == entity)
     if entity_id:
@@ -67,12 +74,15 @@ async def event_stream(
     disconnected: Callable[[], Awaitable[bool]],
     entity: str | None = None,
     entity_id: str | None = None,
+    owner: str | None = None,
 ) -> AsyncIterator[str]:
     """Server-sent events after ``since_id`` until the client leaves or the server stops."""
     last, quiet = since_id, 0.0
     yield "retry: 2000\n\n"
     while not ctx.watch.closed and not await disconnected():
-        events = await asyncio.to_thread(list_events, ctx, last, STREAM_BATCH, entity, entity_id)
+        events = await asyncio.to_thread(
+            list_events, ctx, last, STREAM_BATCH, entity, entity_id, False, owner
+        )
         for event in events:
             last = event.id
             yield f"id: {event.id}\ndata: {event.model_dump_json()}\n\n"

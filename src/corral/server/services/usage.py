@@ -41,8 +41,11 @@ class _Tally:
     preemptions: int = 0
 
 
-def usage(ctx: Context, by: str, since: float | None, until: float | None) -> UsageOut:
-    """The accounting rows of the window, one per queue, user or job, sorted by key."""
+def usage(
+    ctx: Context, by: str, since: float | None, until: float | None, owner: str | None = None
+) -> UsageOut:
+    """The accounting rows of the window, one per queue, user or job, sorted by key; with
+    ``owner``, of that user's jobs only."""
     if by not in GROUPINGS:
         raise ValidationError(f"by: expected one of {', '.join(GROUPINGS)}, got {by!r}")
     now = ctx.clock()
@@ -86,6 +89,8 @@ def usage(ctx: Context, by: str, since: float | None, until: float | None) -> Us
             n.name: {d["index"]: len(d.get("mig") or ()) for d in n.devices}
             for n in session.scalars(select(NodeRow))
         }
+    if owner is not None:
+        jobs = {i: j for i, j in jobs.items() if j.user == owner}
     key = _key(by)
     tallies: dict[str, _Tally] = defaultdict(_Tally)
     for job in jobs.values():
