@@ -23,6 +23,9 @@ def test_no_operation_answers_a_server_error(server: Server) -> None:
     schema = schemathesis.openapi.from_url(f"{server.url}/api/v1/openapi.json")
     operations = [result.ok() for result in schema.get_all_operations()]
     assert len(operations) >= 20
+    # A server-sent-events stream never ends, so a call cannot wait for its answer; its
+    # parameters are those of GET /events, fuzzed there.
+    operations = [op for op in operations if not op.path.endswith("/events/stream")]
     failures: list[str] = []
     for operation in operations:
         for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):

@@ -66,7 +66,8 @@ def replicas(ctx: Context, clock: Clock) -> tuple[Leadership, Leadership]:
 
 def submit(ctx: Context, gpus: int = 2) -> int:
     manifest = parse_manifest({"command": "true", "resources": {"gpus": gpus}})
-    return JobService(ctx).submit(manifest, user="alice").id
+    job, _created = JobService(ctx).submit(manifest, user="alice")
+    return job.id
 
 
 def tasks(ctx: Context) -> int:

@@ -16,11 +16,12 @@ from corral.server.services.events import event_stream, last_event_id, list_even
 
 router = APIRouter(prefix="/events", tags=["events"])
 Entity = Literal["job", "node"]
+MAX_ID = 2**63 - 1  # what the database stores
 
 
 @router.get("", response_model=EventList)
 def events(
-    since_id: int | None = Query(None, ge=0, description="events after this id"),
+    since_id: int | None = Query(None, ge=0, le=MAX_ID, description="events after this id"),
     limit: int = Query(100, ge=1, le=10_000),
     entity: Entity | None = None,
     entity_id: str | None = None,
@@ -38,7 +39,7 @@ def events(
 @router.get("/stream")
 async def stream(
     request: Request,
-    since_id: int | None = Query(None, ge=0, description="replay events after this id"),
+    since_id: int | None = Query(None, ge=0, le=MAX_ID, description="replay events after this id"),
     entity: Entity | None = None,
     entity_id: str | None = None,
     last_event_header: str | None = Header(None, alias="Last-Event-ID"),
@@ -51,6 +52,8 @@ async def stream(
     if last_event_header:
         try:
             start = int(last_event_header)
+            if not 0 <= start <= MAX_ID:
+                raise ValueError
         except ValueError:
             raise ValidationError(
                 f"Last-Event-ID: expected an event id, got {last_event_header!r}"
