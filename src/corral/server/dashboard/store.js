@@ -238,6 +238,7 @@ export function followTelemetry(path, { since, keep = TELEMETRY_KEEP_S, onSample
             onSamples(null);
             return;
           }
+          if (err.status === 404) return; // no such node or job
         }
       }
       await sleep(TELEMETRY_MS);

@@ -190,7 +190,8 @@ export function mount(root, { id }) {
     if (kept === null) { utilPanel.hidden = true; return; }
     samples = kept;
     utilPanel.hidden = false;
-    const span = Math.max(60, Math.min(3600, (Date.now() / 1000 - (job.started_at || 0)) * 1.1));
+    const first = samples.length ? samples[0].at : Date.now() / 1000;
+    const span = Math.max(60, Math.min(3600, (Date.now() / 1000 - first) * 1.1));
     // one line per GPU; a shared GPU's utilization is the whole GPU's (every job on it)
     fill(util, linePlot(seriesOf(samples, "utilization", (s) => `${s.node} GPU ${s.gpu}${(s.job_ids || []).length > 1 ? " (shared)" : ""}`),
       { unit: "%", yMax: 100, span }));
@@ -202,7 +203,11 @@ export function mount(root, { id }) {
     if (!alive) return;
     // the job's GPUs while it held them, over its last hour (the server keeps an hour)
     stopTelemetry = followTelemetry(`/jobs/${jobId}/telemetry`, {
-      since: () => (job && job.started_at ? Math.max(job.started_at - 5, Date.now() / 1000 - 3600) : null),
+      since: () => {
+        const first = job && (job.attempts.find((a) => a.started_at) || {}).started_at;
+        const start = first ?? (job && job.started_at); // a requeued job's earlier attempts too
+        return start ? Math.max(start - 5, Date.now() / 1000 - 3600) : null;
+      },
       keep: 3600,
       onSamples: renderTelemetry,
     });
