@@ -38,10 +38,23 @@ ARGS = [
 CONFIG = """
 queues:
   - {name: team-a, quota: {gpus: 8}, cohort: research, borrowing_limit: {gpus: 8}}
-  - {name: team-b, quota: {gpus: 8}, cohort: research}
+  - name: team-b
+    quota: {gpus: 8}
+    cohort: research
+    idle: {threshold: 5, after: 1s, action: flag}
 policy: {preemption: false, interval: 1s}
 """
-TICKER = "import time\nfor i in range(9999):\n    print('step', i, flush=True)\n    time.sleep(0.3)"
+# Sets its GPUs' simulated load (CORRAL_SIM_LOAD_FILE, argv[1] %), then prints steps.
+TICKER = """
+import json, os, sys, time
+path = os.environ["CORRAL_SIM_LOAD_FILE"]
+with open(path + ".tmp", "w") as f:
+    json.dump({"utilization": float(sys.argv[1]), "memory_used": "40GB"}, f)
+os.replace(path + ".tmp", path)
+for i in range(9999):
+    print("step", i, flush=True)
+    time.sleep(0.3)
+"""
 WAIT_MS = 30_000
 
 
@@ -90,7 +103,8 @@ def page(browser: object) -> Iterator[object]:
     assert not errors, f"JavaScript errors on the page: {errors}"
 
 
-def submit(client: Client, queue: str, name: str, command: str = TICKER) -> int:
+def submit(client: Client, queue: str, name: str, load: int) -> int:
+    """An 8-GPU job whose GPUs read ``load`` % utilization."""
     manifest = JobManifest.model_validate(
         {
             "name": name,
@@ -98,7 +112,7 @@ def submit(client: Client, queue: str, name: str, command: str = TICKER) -> int:
             "resources": {"gpus": 8},
             "grace_period": "1s",
             "time_limit": "10m",  # lets the scheduler estimate when waiting jobs start
-            "command": [sys.executable, "-u", "-c", command],
+            "command": [sys.executable, "-u", "-c", TICKER, str(load)],
         }
     )
     return client.submit(manifest).id
@@ -145,22 +159,28 @@ def test_login_form_refuses_a_bad_token_and_the_link_logs_in(
 def test_watch_jobs_land_queues_fill_and_a_preemption_live(
     dash_cluster: LocalCluster, page: object, shots: Path
 ) -> None:
+    """Everything a user watching sees arrives over the events stream (no reload, no
+    polling), with the GPUs' utilization from the tasks' own simulated load."""
     expect = playwright.expect
     client = dash_cluster.client()
     page.goto(f"{dash_cluster.url}/ui/")
     page.fill("#token", client.token)
     page.click("#login button[type=submit]")
     expect(page.locator(".gpu.free")).to_have_count(16)
+    expect(page.locator("#live")).to_have_attribute("data-mode", "events")
     page.evaluate("window.__sameDocument = true")  # gone if anything reloads the page
 
-    first = submit(client, "team-a", "train-a")
+    first = submit(client, "team-a", "train-a", load=73)
     expect(gpu_cells(page, first)).to_have_count(8)
-    second = submit(client, "team-a", "train-b")
+    # each cell shows its GPU's utilization: the load the job's task declared
+    expect(gpu_cells(page, first).locator(".pct", has_text="73%")).to_have_count(8)
+    second = submit(client, "team-a", "train-b", load=41)
     expect(gpu_cells(page, second)).to_have_count(8)
     team_a = page.locator('.qbar[data-queue="team-a"]')
     expect(team_a).to_have_attribute("data-used", "16")
     expect(team_a).to_have_attribute("data-borrowed", "8")  # lent by team-b (same cohort)
-    waiting = submit(client, "team-b", "eval-b")
+    expect(page.locator('[data-stat="util"] b')).to_have_text("57%")  # (73 + 41) / 2
+    waiting = submit(client, "team-b", "eval-b", load=0)  # will sit idle once it runs
     page.click("[data-color-by=job]")
     page.screenshot(path=shots / "map-by-job.png")
     page.click("[data-color-by=queue]")
@@ -186,11 +206,14 @@ def test_watch_jobs_land_queues_fill_and_a_preemption_live(
     expect(page.locator("#jobs tbody tr")).to_have_count(2)
     page.screenshot(path=shots / "jobs.png")
 
-    # The job page: placement, live logs, and a preemption through the button.
+    # The job page: placement, live logs, its GPUs' utilization over time, and a
+    # preemption through the button.
     page.click(f'#jobs tr[data-job="{first}"] td.num a')
     expect(page.locator("#job-state")).to_have_text("running")
     expect(page.locator("#logs")).to_contain_text("step 2")
     expect(page.locator("table tr[data-rank]")).to_have_count(1)
+    expect(page.locator("#job-util svg.plot polyline")).to_have_count(8)  # a line per GPU
+    expect(page.locator("#job-util .legend .key")).to_have_count(8)
     page.screenshot(path=shots / "job-running.png")
     page.click("[data-action=preempt]")
     page.click("[data-action=preempt]")  # the second click confirms
@@ -204,21 +227,31 @@ def test_watch_jobs_land_queues_fill_and_a_preemption_live(
     expect(page.locator("#job-state")).to_have_text("cancelled")
     expect(page.locator("[data-action]")).to_have_count(0)
 
-    # A preemption made elsewhere shows on the map as it happens.
+    # A preemption made elsewhere shows on the map as it happens; the job whose GPUs read
+    # 0% is flagged idle there and on its page.
     page.click("nav >> text=Cluster")
     expect(gpu_cells(page, waiting)).to_have_count(8)
     client.preempt(second)
     expect(page.locator(f'#feed li[data-id="{second}"][data-to="preempting"]')).to_have_count(1)
     expect(page.locator(f'#feed li[data-id="{first}"][data-to="cancelled"]')).to_have_count(1)
+    expect(page.locator(f'.gpu.idle[data-jobs="{waiting}"]')).to_have_count(8)
+    expect(page.locator(f'#feed li[data-id="{waiting}"] .badge.idle')).to_have_count(1)
     wait_for(lambda: client.get(second).attempt == 1, 30, "the preempted job to be requeued")
     expect(gpu_cells(page, second)).to_have_count(8)  # placed again: its GPUs were free
     page.screenshot(path=shots / "map-after-preemption.png")
 
-    page.click('.node[data-node="node-a"] .node-head a')
+    page.click(f'.gpu[data-jobs="{waiting}"] >> nth=0')
+    expect(page.locator("#job-idle")).to_have_text("idle")
+    expect(page.locator("#job-idle-since")).to_contain_text("flagged")
+    page.screenshot(path=shots / "job-idle.png")
+
+    page.click("table tr[data-rank] a")  # the node it runs on, with its telemetry
     expect(page.locator("#node-state")).to_have_text("ready")
-    expect(page.locator("#node-plots")).not_to_contain_text("Loading")
+    expect(page.locator("#node-plots svg.plot")).to_have_count(4)
+    expect(page.locator("#node-plots svg.plot").first.locator("polyline")).to_have_count(8)
     page.screenshot(path=shots / "node.png")
     assert page.evaluate("window.__sameDocument") is True
+    assert page.locator("#live").get_attribute("data-mode") == "events"
     for job_id in (second, waiting):
         client.cancel(job_id)
     wait_for(lambda: not client.list(), 30, "the jobs to end")

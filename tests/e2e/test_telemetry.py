@@ -72,11 +72,16 @@ def test_load_idle_policies_and_gpu_errors(cluster: LocalCluster) -> None:
     )
     assert "running idle" in line
     assert c.get(lab.id).state == "running"  # the lab queue only flags
+    assert c.get(lab.id).attempts[0].outcome is None  # a flag does not end the attempt
     assert not c.get(busy.id).idle
 
     idle = c.submit(_job("idle", 0, 1))
     wait_for(lambda: c.get(idle.id).attempt >= 1, 30, "the idle job preempted and requeued")
     reasons = [e.reason for e in c.get(idle.id).events]
+    assert c.get(idle.id).attempts[0].outcome == (
+        "preempting: idle: GPU utilization at or below 5% for 2s; "
+        "preempted by the queue's idle policy"
+    )
     assert (
         "idle: GPU utilization at or below 5% for 2s; preempted by the queue's idle policy"
         in reasons

@@ -203,7 +203,10 @@ def test_event_pages_and_stream(server: Server) -> None:
     FakeHardwareAgent(server, "node-a")
     client = server.client()
     first = client.submit({"command": "x", "resources": {"gpus": 1}})
-    everything = client.events(since_id=0, limit=1000)
+    # submitted, then placed by the scheduling loop (the stream below replays after the first)
+    everything = wait_for(
+        lambda: (found := client.events(since_id=0, limit=1000))[1:] and found, 10, "two events"
+    )
     assert everything[0].entity == "node" or everything[0].entity == "job"
     submitted = [e for e in everything if e.entity_id == str(first.id)][0]
     assert (submitted.from_state, submitted.to_state, submitted.reason) == (

@@ -152,10 +152,13 @@ class _Cycle:
             self.placements.append(outcome)
             return False
         if refusal is None and self.freeing:
-            awaited = _awaited(job, request, self.snapshot, self.freeing, self.place)
+            awaited, nodes = _awaited(job, request, self.snapshot, self.freeing, self.place)
             if awaited:
                 for job_id in awaited:
                     del self.freeing[job_id]
+                # the nodes it will start on are held for it from now: a job behind it
+                # taking the free part would make it preempt again once these exit
+                self.reserve(Reservation(job.id, nodes, self.now))
                 ids = ", ".join(map(str, awaited))
                 why = f"starts when job{'s' if len(awaited) > 1 else ''} {ids} (preempted) exit"
                 self.reasons[job.id] = PendingReason(
@@ -207,6 +210,11 @@ class _Cycle:
             for n in r.nodes
         }
 
+    def reserve(self, reservation: Reservation) -> None:
+        self.reservations.append(reservation)
+        self.owners.add(reservation.job_id)
+        self.held.clear()
+
     def post_filter(
         self, job: Job, request: NodeRequest, reason: str
     ) -> tuple[str, bool, float | None]:
@@ -226,9 +234,7 @@ class _Cycle:
                 self.preempting = self.preempting | set(result.preempt)
                 return reason, allow_others, self.now
             if result.reservation is not None:
-                self.reservations.append(result.reservation)
-                self.owners.add(job.id)
-                self.held.clear()
+                self.reserve(result.reservation)
                 start = result.reservation.start
                 return reason, allow_others, None if math.isinf(start) else start
         return reason, allow_others, estimate
@@ -303,9 +309,10 @@ def _awaited(
     snapshot: Snapshot,
     freeing: Mapping[int, Allocation],
     trial: Callable[[Job, NodeRequest], Allocation | Unschedulable | Unresolvable],
-) -> list[int]:
+) -> tuple[list[int], frozenset[str]]:
     """The jobs being preempted whose exit lets ``job`` start (those on the nodes a trial
-    placement uses once they are gone), or [] if their exit would not be enough."""
+    placement uses once they are gone) and those nodes, or ([], {}) if their exit would
+    not be enough."""
     undo = [snapshot.release(alloc) for alloc in freeing.values()]
     try:
         outcome = trial(job, request)
@@ -313,9 +320,9 @@ def _awaited(
         for step in reversed(undo):
             step()
     if not isinstance(outcome, Allocation):
-        return []
-    used = set(outcome.nodes)
-    return sorted(job_id for job_id, alloc in freeing.items() if used & set(alloc.nodes))
+        return [], frozenset()
+    used = frozenset(outcome.nodes)
+    return sorted(job_id for job_id, alloc in freeing.items() if used & set(alloc.nodes)), used
 
 
 def _borrows(book: QuotaBook, job: Job) -> bool:

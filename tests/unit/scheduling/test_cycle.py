@@ -717,3 +717,24 @@ def test_shortest_first_orders_by_expected_run_time_within_a_priority() -> None:
     assert placed(decisions) == {4: ("n0",)}
     order = sorted(decisions.pending.items(), key=lambda item: item[1].position)
     assert [job_id for job_id, _ in order] == [2, 1, 3]
+
+
+# --- a job waiting for preempted jobs to exit keeps the nodes it will use -------------------
+
+
+def test_job_awaiting_preempted_jobs_keeps_its_free_nodes_from_later_jobs() -> None:
+    """Job 5 (2 nodes) will start on n0 (free) and n1 (job 3, preempted, still exiting):
+    job 2, behind it in the order, must not take n0 meanwhile (else job 5 preempts again
+    once job 3 exits, and so on: a preemption loop)."""
+    exiting = allocation(3).task("n1", gpus=range(6)).build()
+    state = cluster(*gpu_nodes(2), allocations=[exiting])
+    state = ClusterState(state.nodes, state.allocations, preempting=frozenset({3}))
+    pending = [
+        job(5).gpus(8).nodes(2).priority(10).submitted(5).build(),
+        job(2).gpus(8).priority(0).submitted(1).build(),
+        job(4).gpus(2).priority(0).submitted(2).build(),
+    ]
+    decisions = run(state, pending)
+    assert placed(decisions) == {}
+    assert decisions.pending[5].reason.startswith("starts when job 3 (preempted) exit")
+    assert "reserved for job 5" in decisions.pending[2].reason

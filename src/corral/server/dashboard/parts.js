@@ -67,8 +67,16 @@ export function feedList(events, max = 30) {
   if (!events.length) return h("p", { class: "muted" }, "No transitions since this page opened.");
   return h("ul", { class: "feed" }, events.slice(0, max).map((e) => h("li", { dataset: { entity: e.entity, id: e.entity_id, to: e.to_state } },
     h("span", { class: "when" }, fmtClock(e.at)),
-    h("span", { class: "what" }, entityLink(e), " ",
-      e.from_state ? h("span", { class: `st state-${e.from_state}` }, e.from_state) : "new",
-      " → ", h("span", { class: `st state-${e.to_state}` }, e.to_state)),
+    h("span", { class: "what" }, entityLink(e), " ", transition(e)),
     e.reason ? h("span", { class: "why" }, e.reason) : null)));
+}
+
+/** "pending → running", or for a note on a state (same state, e.g. flagged idle) the state. */
+export function transition(e) {
+  if (e.from_state === e.to_state) {
+    const idle = (e.reason || "").startsWith("idle:");
+    return [h("span", { class: `st state-${e.to_state}` }, e.to_state), idle ? [" ", h("span", { class: "badge idle" }, "idle")] : null];
+  }
+  return [e.from_state ? h("span", { class: `st state-${e.from_state}` }, e.from_state) : "new",
+    " → ", h("span", { class: `st state-${e.to_state}` }, e.to_state)];
 }

@@ -1,5 +1,6 @@
 // The cluster as the dashboard knows it, kept live: the events stream when the server has
-// one (each event triggers a refresh), else polling the plain endpoints every 1.5 s.
+// one (each event triggers a refresh), else polling the plain endpoints every 1.5 s. GPU
+// readings for the map come with the nodes; telemetry history is followed per view.
 
 import * as api from "./api.js";
 import { sleep } from "./util.js";
@@ -9,6 +10,7 @@ const POLL_SLOW_MS = 5000; // with it (heartbeats, queue shares)
 const TELEMETRY_MS = 5000;
 const TELEMETRY_KEEP_S = 15 * 60;
 const FEED_MAX = 60;
+const FEED_SEED = 25; // recorded events shown when the page opens
 
 export const state = {
   nodes: [],
@@ -18,13 +20,12 @@ export const state = {
   live: { mode: "connecting", error: null, updated: 0 },
   features: { events: null, telemetry: null }, // null: not known yet
   feed: [], // newest first: {at, entity, entity_id, from_state, to_state, reason}
-  telemetry: new Map(), // node -> samples, oldest first
   denied: { cancel: false, preempt: false }, // the API said 403
 };
 
 const listeners = new Set();
 
-/** fn(kind) after each change: "data", "event", "live", "telemetry". */
+/** fn(kind, detail) after each change: "data", "event" (detail: the event), "live". */
 export function subscribe(fn) {
   listeners.add(fn);
   return () => listeners.delete(fn);
@@ -120,8 +121,9 @@ function nodeFeed(nodes) {
 }
 
 function pushFeed(event) {
+  if (event.id !== undefined && state.feed.some((e) => e.id === event.id)) return;
   state.feed.push(event);
-  state.feed.sort((a, b) => b.at - a.at);
+  state.feed.sort((a, b) => b.at - a.at || (b.id ?? 0) - (a.id ?? 0));
   if (state.feed.length > FEED_MAX) state.feed.length = FEED_MAX;
 }
 
@@ -141,7 +143,6 @@ export function startLive() {
   refresh();
   pollLoop();
   eventsLoop();
-  telemetryLoop();
 }
 
 async function pollLoop() {
@@ -151,8 +152,24 @@ async function pollLoop() {
   }
 }
 
+/**
+ * The activity feed starts with the latest recorded events; the stream then continues
+ * right after the newest of them (Last-Event-ID), so none is missed or shown twice.
+ * Returns that id, or null (no events yet, or no events API: the stream starts from now).
+ */
+async function seedFeed() {
+  try {
+    const { events } = await api.get("/events", { limit: FEED_SEED });
+    for (const event of events) pushFeed(event);
+    if (events.length) emit("event", events[events.length - 1]);
+    return events.length ? events[events.length - 1].id : null;
+  } catch {
+    return null;
+  }
+}
+
 async function eventsLoop() {
-  let lastId = null;
+  let lastId = await seedFeed();
   let failures = 0;
   for (;;) {
     try {
@@ -191,41 +208,52 @@ function setMode(mode) {
   emit("live");
 }
 
-async function telemetryLoop() {
-  const lastAt = new Map();
-  for (;;) {
-    if (state.features.telemetry === false) return;
-    for (const node of state.nodes) {
-      const since = lastAt.get(node.name) ?? Date.now() / 1000 - TELEMETRY_KEEP_S;
-      let samples;
-      try {
-        samples = (await api.get(`/nodes/${encodeURIComponent(node.name)}/telemetry`, { since })).samples;
-      } catch (err) {
-        if (err.routeMissing) {
-          state.features.telemetry = false;
-          emit("telemetry");
-          return;
+/**
+ * Follow GPU telemetry at ``path`` ("/nodes/NAME/telemetry" or "/jobs/ID/telemetry"):
+ * first every sample after ``since()``, then every 5 s only the newer ones (the API's
+ * ``since`` is exclusive, in epoch seconds). ``onSamples(all)`` gets every sample kept so
+ * far, oldest first, dropping those older than ``keep`` seconds. Returns a stop function;
+ * stops by itself on a server without the endpoint (``state.features.telemetry`` false).
+ */
+export function followTelemetry(path, { since, keep = TELEMETRY_KEEP_S, onSamples }) {
+  let alive = true;
+  (async () => {
+    let kept = [];
+    let last = null;
+    while (alive) {
+      const start = last ?? since();
+      if (start !== null) {
+        try {
+          const { samples } = await api.get(path, { since: start });
+          if (!alive) return;
+          state.features.telemetry = true;
+          const fresh = samples.filter((s) => s.at > start);
+          if (fresh.length) last = fresh[fresh.length - 1].at;
+          const cutoff = Date.now() / 1000 - keep;
+          kept = [...kept, ...fresh].filter((s) => s.at >= cutoff);
+          onSamples(kept);
+        } catch (err) {
+          if (err.routeMissing) {
+            state.features.telemetry = false;
+            onSamples(null);
+            return;
+          }
+          if (err.status === 404) return; // no such node or job
         }
-        continue;
       }
-      state.features.telemetry = true;
-      const kept = state.telemetry.get(node.name) || [];
-      const fresh = samples.filter((s) => s.at > since);
-      if (fresh.length) lastAt.set(node.name, Math.max(...fresh.map((s) => s.at)));
-      const cutoff = Date.now() / 1000 - TELEMETRY_KEEP_S;
-      state.telemetry.set(node.name, [...kept, ...fresh].filter((s) => s.at >= cutoff));
+      await sleep(TELEMETRY_MS);
     }
-    emit("telemetry");
-    await sleep(TELEMETRY_MS);
-  }
+  })();
+  return () => { alive = false; };
 }
 
-/** The latest sample of each GPU of ``node`` (not older than a minute): gpu -> sample. */
+/** The latest reading of each GPU of ``node`` as the nodes API reports it: gpu -> reading. */
 export function latestSamples(node) {
   const out = new Map();
-  const recent = Date.now() / 1000 - 60;
-  for (const sample of state.telemetry.get(node) || []) {
-    if (sample.at >= recent) out.set(sample.gpu, sample);
+  const found = state.nodes.find((n) => n.name === node);
+  for (const d of found ? found.devices : []) {
+    if (d.utilization === null || d.utilization === undefined) continue;
+    out.set(d.index, { gpu: d.index, utilization: d.utilization, memory_used: d.memory_used, memory_total: d.memory, temperature: d.temperature });
   }
   return out;
 }

@@ -215,7 +215,10 @@ def _attempts(tasks: Sequence[TaskRow], events: Sequence[EventRow]) -> list[Atte
         by_attempt[task.attempt].append(task)
     outcomes: dict[int, str] = {}
     for event in events:
-        if event.from_state in (JobState.RUNNING, JobState.PREEMPTING):
+        # the first move out of running/preempting ends the attempt (a note on the same
+        # state, such as an idle flag, does not)
+        moved = event.from_state != event.to_state
+        if moved and event.from_state in (JobState.RUNNING, JobState.PREEMPTING):
             outcomes.setdefault(event.attempt, f"{event.to_state}: {event.reason}")
     result = []
     for attempt, rows in sorted(by_attempt.items()):

@@ -1,13 +1,12 @@
 // One job: state and actions, placement, attempts, events, GPU utilization and live logs.
 
 import * as api from "../api.js";
-import { queueColor } from "../parts.js";
+import { queueColor, transition } from "../parts.js";
 import { linePlot, seriesOf } from "../plot.js";
-import { act, state } from "../store.js";
+import { act, followTelemetry, state } from "../store.js";
 import { fill, fmtClock, fmtDuration, fmtRelative, h, jobGpus, link, sleep, stateBadge, toast } from "../util.js";
 
 const LOG_POLL_MS = 1000;
-const TELEMETRY_MS = 5000;
 
 export function mount(root, { id }) {
   const jobId = Number(id);
@@ -94,7 +93,7 @@ export function mount(root, { id }) {
     fill(head,
       h("h1", {}, `Job #${job.id}`, job.name ? h("span", { class: "muted" }, ` ${job.name}`) : null),
       stateBadge(job.state, { id: "job-state" }),
-      job.idle ? h("span", { class: "badge idle", title: "its GPUs have stayed near 0% utilization" }, "idle") : null,
+      job.idle ? h("span", { class: "badge idle", id: "job-idle", title: "its GPUs have stayed near 0% utilization" }, "idle") : null,
       job.attempt ? h("span", { class: "badge attempt", id: "job-attempt" }, `attempt ${job.attempt}`) : null,
       h("span", { class: "spacer" }),
       actionButton("preempt", "Preempt", job.state === "running"),
@@ -112,6 +111,7 @@ export function mount(root, { id }) {
       ["resources", `${job.nodes} node(s) × ${job.tasks_per_node} task(s) · ${jobGpus(job)} GPUs`],
       ["submitted", `${fmtClock(job.submitted_at)} (${fmtRelative(job.submitted_at, now)})`],
       ["started", job.started_at ? `${fmtClock(job.started_at)} · ran ${fmtDuration((job.ended_at ?? now) - job.started_at)}` : "–"],
+      job.idle_since ? ["idle", h("span", { id: "job-idle-since" }, `GPUs near 0% since ${fmtClock(job.idle_since)} (${fmtDuration(now - job.idle_since)})${job.idle ? " · flagged" : ""}`)] : null,
       job.state === "pending" ? ["position", `${job.position ?? "–"} · estimated start ${job.estimated_start ? fmtRelative(job.estimated_start, now) : "unknown"}`] : null,
       job.ended_at ? ["ended", `${fmtClock(job.ended_at)}${job.exit_code !== null ? ` · exit code ${job.exit_code}` : ""}`] : null,
       job.reason ? ["reason", h("span", { id: "job-reason" }, job.reason)] : null,
@@ -137,8 +137,7 @@ export function mount(root, { id }) {
       : h("p", { class: "muted" }, "No attempt yet."));
     fill(events, h("ul", { class: "feed", id: "job-events" }, [...job.events].reverse().map((e) => h("li", { dataset: { to: e.to_state } },
       h("span", { class: "when" }, fmtClock(e.at)),
-      h("span", { class: "what" }, e.from_state === e.to_state ? "" : [h("span", { class: `st state-${e.from_state}` }, e.from_state || "new"), " → ",
-        h("span", { class: `st state-${e.to_state}` }, e.to_state)], e.attempt ? h("span", { class: "muted" }, ` (attempt ${e.attempt})`) : null),
+      h("span", { class: "what" }, transition(e), e.attempt ? h("span", { class: "muted" }, ` (attempt ${e.attempt})`) : null),
       e.reason ? h("span", { class: "why" }, e.reason) : null))));
     renderLogControls();
   }
@@ -187,33 +186,37 @@ export function mount(root, { id }) {
     }
   }
 
-  async function pollTelemetry() {
-    let since = null;
-    while (alive) {
-      if (job && job.started_at && state.features.telemetry !== false) {
-        try {
-          const start = since ?? Math.max(job.started_at - 5, Date.now() / 1000 - 3600);
-          const out = await api.get(`/jobs/${jobId}/telemetry`, { since: start });
-          const fresh = out.samples.filter((s) => s.at > start);
-          if (fresh.length) since = Math.max(...fresh.map((s) => s.at));
-          samples = [...samples, ...fresh];
-          utilPanel.hidden = false;
-          const span = Math.max(120, Math.min(3600, Date.now() / 1000 - (job.started_at || 0) + 10));
-          fill(util, linePlot(seriesOf(samples, "utilization", (s) => `${s.node}/${s.gpu}`), { unit: "%", yMax: 100, span }));
-        } catch (err) {
-          if (err.routeMissing) { utilPanel.hidden = true; return; }
-        }
-      }
-      await sleep(TELEMETRY_MS);
-    }
+  function renderTelemetry(kept) {
+    if (kept === null) { utilPanel.hidden = true; return; }
+    samples = kept;
+    utilPanel.hidden = false;
+    const first = samples.length ? samples[0].at : Date.now() / 1000;
+    const span = Math.max(60, Math.min(3600, (Date.now() / 1000 - first) * 1.1));
+    // one line per GPU; a shared GPU's utilization is the whole GPU's (every job on it)
+    fill(util, linePlot(seriesOf(samples, "utilization", (s) => `${s.node} GPU ${s.gpu}${(s.job_ids || []).length > 1 ? " (shared)" : ""}`),
+      { unit: "%", yMax: 100, span }));
   }
 
-  load().then(() => { pollLogs(); pollTelemetry(); });
+  let stopTelemetry = () => {};
+  load().then(() => {
+    pollLogs();
+    if (!alive) return;
+    // the job's GPUs while it held them, over its last hour (the server keeps an hour)
+    stopTelemetry = followTelemetry(`/jobs/${jobId}/telemetry`, {
+      since: () => {
+        const first = job && (job.attempts.find((a) => a.started_at) || {}).started_at;
+        const start = first ?? (job && job.started_at); // a requeued job's earlier attempts too
+        return start ? Math.max(start - 5, Date.now() / 1000 - 3600) : null;
+      },
+      keep: 3600,
+      onSamples: renderTelemetry,
+    });
+  });
 
   return {
     update(kind, detail) {
       if (kind === "data" || (kind === "event" && detail.entity === "job" && String(detail.entity_id) === String(jobId))) load();
     },
-    unmount() { alive = false; },
+    unmount() { alive = false; stopTelemetry(); },
   };
 }

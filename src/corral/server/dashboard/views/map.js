@@ -75,7 +75,6 @@ function stat(key, value, label) {
 }
 
 function averageUtil() {
-  if (!state.features.telemetry) return null;
   const values = [];
   for (const node of state.nodes) for (const s of latestSamples(node.name).values()) values.push(s.utilization);
   return values.length ? values.reduce((a, b) => a + b, 0) / values.length : null;

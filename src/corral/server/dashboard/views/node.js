@@ -2,10 +2,11 @@
 // power) when the server reports telemetry.
 
 import { linePlot, seriesOf } from "../plot.js";
-import { latestSamples, state } from "../store.js";
+import { followTelemetry, latestSamples, state } from "../store.js";
 import { fill, fmtBytes, fmtNum, fmtRelative, h, jobTitle, link, stateBadge } from "../util.js";
 import { gpuCell, switchOf } from "./map.js";
 
+const SPAN_S = 15 * 60;
 const PLOTS = [
   ["utilization", "Utilization", "%", 100],
   ["memory_pct", "Memory used", "%", 100],
@@ -27,15 +28,17 @@ export function mount(root, { name }) {
         h("section", { class: "panel" }, h("div", { class: "panel-head" }, h("h2", {}, "Jobs")), jobs)),
       h("div", { class: "col" }, h("section", { class: "panel" }, h("div", { class: "panel-head" }, h("h2", {}, "Telemetry")), plots))));
 
-  function update(kind) {
+  let samples = []; // null: the server has no telemetry
+  let telemetryLoaded = false;
+
+  function update() {
     const node = state.nodes.find((n) => n.name === name);
     if (!node) {
       fill(head, h("h1", {}, name));
       fill(info, h("dd", {}, state.loaded ? "No such node." : "Loading…"));
       return;
     }
-    if (kind !== "telemetry") renderNode(node);
-    renderPlots();
+    renderNode(node);
   }
 
   function renderNode(node) {
@@ -60,22 +63,28 @@ export function mount(root, { name }) {
   }
 
   function renderPlots() {
-    if (state.features.telemetry === false) {
+    if (samples === null) {
       fill(plots, h("p", { class: "muted" }, "This server does not report GPU telemetry."));
       return;
     }
-    const samples = (state.telemetry.get(name) || []).map((s) => ({
-      ...s, memory_pct: s.memory_total ? (s.memory_used / s.memory_total) * 100 : null,
-    }));
     if (!samples.length) {
-      fill(plots, h("p", { class: "muted" }, state.features.telemetry === null ? "Loading telemetry…" : "No samples yet."));
+      fill(plots, h("p", { class: "muted" }, telemetryLoaded ? "No samples yet." : "Loading telemetry…"));
       return;
     }
-    const errors = samples.filter((s) => s.ecc_errors || s.xid_errors);
-    fill(plots, PLOTS.map(([field, title, unit, yMax]) => linePlot(seriesOf(samples, field), { title, unit, yMax, span: 900 })),
+    const rows = samples.map((s) => ({ ...s, memory_pct: s.memory_total ? (s.memory_used / s.memory_total) * 100 : null }));
+    const errors = rows.filter((s) => s.ecc_errors || s.xid_errors);
+    // the last 15 minutes, or since the first sample if that is less (at least a minute)
+    const span = Math.min(SPAN_S, Math.max(60, (Date.now() / 1000 - rows[0].at) * 1.1));
+    fill(plots, PLOTS.map(([field, title, unit, yMax]) => linePlot(seriesOf(rows, field), { title, unit, yMax, span })),
       errors.length ? h("p", { class: "alert" }, `GPU errors reported: ${errors.length} sample(s) with ECC or Xid errors`) : null);
   }
 
+  const stop = followTelemetry(`/nodes/${encodeURIComponent(name)}/telemetry`, {
+    since: () => Date.now() / 1000 - SPAN_S,
+    keep: SPAN_S,
+    onSamples: (kept) => { samples = kept; telemetryLoaded = true; renderPlots(); },
+  });
   update();
-  return { update };
+  renderPlots();
+  return { update, unmount: stop };
 }
