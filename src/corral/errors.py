@@ -61,6 +61,13 @@ class ConnectionFailedError(CorralError):
     code = "unreachable"
 
 
+class UnavailableError(CorralError):
+    """The server is up but cannot serve now (its database is unreachable); retry later."""
+
+    status_code = 503
+    code = "unavailable"
+
+
 class TrainError(CorralError):
     """The training runtime (corral.train) cannot do what was asked: bad environment, no torch."""
 
@@ -78,6 +85,7 @@ ERRORS_BY_CODE: dict[str, type[CorralError]] = {
         AuthenticationError,
         PermissionDeniedError,
         ConnectionFailedError,
+        UnavailableError,
         TrainError,
     )
 }

@@ -53,11 +53,18 @@ def pid_alive(pid: int) -> bool:
 class LocalCluster:
     """A ``corral server`` and ``corral agent`` processes sharing one ``CORRAL_HOME``."""
 
-    def __init__(self, home: Path, node_timeout: float = 30.0, sync_interval: float = 0.5) -> None:
+    def __init__(
+        self,
+        home: Path,
+        node_timeout: float = 30.0,
+        sync_interval: float = 0.5,
+        db: str | None = None,
+    ) -> None:
+        """``db``: the server's database URL (default: SQLite in ``home``)."""
         self.home = home
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.db = f"sqlite:///{home / 'corral.db'}"
+        self.db = db or f"sqlite:///{home / 'corral.db'}"
         self.node_timeout = node_timeout
         self.sync_interval = sync_interval
         self.env = {**os.environ, "CORRAL_HOME": str(home), "PYTHONUNBUFFERED": "1"}

@@ -9,7 +9,10 @@ from __future__ import annotations
 import logging
 import threading
 
+from sqlalchemy.exc import DBAPIError
+
 from corral.server.context import Context
+from corral.server.errors import transient
 from corral.server.services.nodes import NodeService
 from corral.server.services.scheduler import enforce_time_limits, run_cycle
 
@@ -57,6 +60,15 @@ class ControlLoop:
                         log.info(
                             "cycle placed %d job(s), %d pending", result.placed, result.pending
                         )
+            except DBAPIError as exc:  # the database is down: try again next time
+                if not transient(exc):
+                    log.exception("control loop iteration failed")
+                else:
+                    log.warning("control loop: database unavailable (%s)", _first_line(exc))
             except Exception:  # a bad cycle must not kill the loop
                 log.exception("control loop iteration failed")
             self._stop.wait(MIN_CYCLE_GAP)
+
+
+def _first_line(exc: DBAPIError) -> str:
+    return str(exc.orig or exc).splitlines()[0] if str(exc.orig or exc) else type(exc).__name__

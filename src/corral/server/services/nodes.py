@@ -27,7 +27,7 @@ from corral.server.db.models import JobRow, LogChunkRow, NodeRow, TaskRow
 from corral.server.services.converters import mig_names, node_of, node_out, spec_of
 from corral.server.services.notify import notify_jobs
 from corral.server.services.settle import FINAL_TASK_STATES, lose_tasks, settle_job
-from corral.server.services.transitions import move_node
+from corral.server.services.transitions import lock_job, move_node
 
 LIVE_TASK_STATES = ("assigned", "running", "terminating")
 
@@ -132,7 +132,7 @@ class NodeService:
                 woke = True
             woke |= self._release_vanished(session, req.node, keys)
             touched |= self._skip_unstarted(session, req.node, keys, now)
-            for job_id in touched:
+            for job_id in sorted(touched):  # one lock order for every transaction
                 self._settle(session, job_id, now)
             acks = [
                 TaskAck(
@@ -264,15 +264,15 @@ class NodeService:
         by_job: dict[int, list[TaskRow]] = defaultdict(list)
         for task in held:
             by_job[task.job_id].append(task)
-        for job_id, tasks in by_job.items():
-            job = session.get(JobRow, job_id)
+        for job_id, tasks in sorted(by_job.items()):
+            job = lock_job(session, job_id)
             if job is not None:
                 lose_tasks(session, job, tasks, why, now, release)
         return set(by_job)
 
     @staticmethod
     def _settle(session: Session, job_id: int, now: float) -> None:
-        job = session.get(JobRow, job_id)
+        job = lock_job(session, job_id)
         if job is None:
             return
         tasks = list(

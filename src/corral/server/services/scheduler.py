@@ -1,14 +1,16 @@
 """The scheduling cycle in the control plane: load, call the pure scheduler, apply.
 
-Load and apply happen in one transaction; placing a job is a guarded update
-(``state = pending`` and the same attempt) so a job cancelled meanwhile is never started.
+Load and apply happen in one transaction; placing a job, and updating a pending job's
+reason, are guarded updates (``state = pending`` and the same attempt) so a job cancelled
+meanwhile is never started nor given a pending reason; a victim is locked and re-read
+before it is preempted (on PostgreSQL the load is READ COMMITTED, not a snapshot).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from sqlalchemy import select, update
+from sqlalchemy import bindparam, select, update
 from sqlalchemy.orm import Session
 
 from corral.core.allocation import Allocation
@@ -22,7 +24,7 @@ from corral.server.context import Context
 from corral.server.db.models import JobRow, NodeRow, QueueUsageRow, TaskRow
 from corral.server.services.converters import allocations_of, job_of, node_of
 from corral.server.services.notify import notify_jobs
-from corral.server.services.transitions import move_job, record
+from corral.server.services.transitions import lock_job, move_job, record
 
 DEFAULT_MASTER_PORT = 29500
 
@@ -118,12 +120,34 @@ def _apply(
         record(session, "job", str(job.id), alloc.attempt, placement)
         _add_tasks(session, alloc)
         placed += 1
+    changed = []
     for job_id, pend in decisions.pending.items():
         job = pending[job_id]
         now_known = (pend.reason, pend.position, pend.estimated_start)
         if (job.reason, job.position, job.estimated_start) != now_known:
-            job.reason, job.position, job.estimated_start = now_known
+            changed.append(
+                dict(
+                    zip(
+                        ("jid", "jattempt", "r", "p", "e"),
+                        (job_id, job.attempt, *now_known),
+                        strict=True,
+                    )
+                )
+            )
+    if changed:  # guarded too: a job cancelled meanwhile keeps its own reason
+        session.connection().execute(_PENDING_REASON, changed)
     return placed
+
+
+_PENDING_REASON = (
+    update(JobRow.__table__)
+    .where(
+        JobRow.__table__.c.id == bindparam("jid"),
+        JobRow.__table__.c.state == JobState.PENDING.value,
+        JobRow.__table__.c.attempt == bindparam("jattempt"),
+    )
+    .values(reason=bindparam("r"), position=bindparam("p"), estimated_start=bindparam("e"))
+)
 
 
 def _preempt(
@@ -132,7 +156,7 @@ def _preempt(
     """Signal the scheduler's victims (running -> preempting); returns their ids."""
     preempted = []
     for job_id, why in decisions.preemptions:
-        job = held_jobs.get(job_id)
+        job = lock_job(session, job_id) if job_id in held_jobs else None
         if job is not None and job.state == JobState.RUNNING.value:
             move_job(session, job, JobState.PREEMPTING, why, now)
             preempted.append(job_id)
