@@ -1,7 +1,9 @@
 """The control loop: node liveness, time limits, and scheduling cycles.
 
 One background thread. A cycle runs when something woke it (a submission, a task exit, a
-node change) and at least every ``policy.interval``; liveness runs every second.
+node change) and at least every ``policy.interval``; liveness runs every second. Woken
+cycles are spaced by ``CYCLE_DUTY`` times the last one's duration (at least
+``MIN_CYCLE_GAP``), so the loop takes at most about a third of the CPU under a burst.
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ from corral.server.services.scheduler import enforce_time_limits, run_cycle
 log = logging.getLogger("corral.server")
 HOUSEKEEPING_PERIOD = 1.0
 MIN_CYCLE_GAP = 0.05
+# A woken cycle waits at least this many times the last cycle's duration after its start,
+# so that a burst of submissions (each waking the loop) leaves the API most of the CPU.
+CYCLE_DUTY = 3.0
 
 
 class ControlLoop:
@@ -40,6 +45,7 @@ class ControlLoop:
         interval = self.ctx.config.policy.interval
         last_cycle = 0.0
         last_housekeeping = 0.0
+        gap = MIN_CYCLE_GAP
         while not self._stop.is_set():
             woke = self.ctx.wake_event.wait(timeout=min(interval, HOUSEKEEPING_PERIOD))
             if self._stop.is_set():
@@ -53,9 +59,12 @@ class ControlLoop:
                         log.warning("node %s lost", name)
                     if enforce_time_limits(self.ctx):
                         woke = True
-                if woke or now - last_cycle >= interval:
+                if woke and now - last_cycle < gap and now - last_cycle < interval:
+                    self.ctx.wake_event.set()  # not yet: keep the wake for the next turn
+                elif woke or now - last_cycle >= interval:
                     last_cycle = now
                     result = run_cycle(self.ctx)
+                    gap = max(MIN_CYCLE_GAP, CYCLE_DUTY * result.duration)
                     if result.placed:
                         log.info(
                             "cycle placed %d job(s), %d pending", result.placed, result.pending

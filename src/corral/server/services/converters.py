@@ -6,6 +6,10 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+from sqlalchemy.orm.attributes import set_committed_value
+
 from corral.core.allocation import Allocation, TaskAllocation, mig_instance_name
 from corral.core.job import Job, JobSpec, JobState
 from corral.core.node import Device, Node, NodeState
@@ -29,6 +33,19 @@ def spec_of(row: JobRow) -> JobSpec:
             _SPECS.clear()
         _SPECS[key] = spec
     return spec
+
+
+def load_specs(session: Session, rows: Sequence[JobRow], batch: int = 500) -> None:
+    """Make ``spec_of`` cheap for ``rows`` loaded without their manifest (deferred): the
+    manifests of the jobs not yet memoized are read in a few queries, not one per job."""
+    missing = {r.id: r for r in rows if (r.id, r.submitted_at, r.user) not in _SPECS}
+    ids = list(missing)
+    for start in range(0, len(ids), batch):
+        chunk = ids[start : start + batch]
+        for job_id, manifest in session.execute(
+            select(JobRow.id, JobRow.manifest).where(JobRow.id.in_(chunk))
+        ):
+            set_committed_value(missing[job_id], "manifest", manifest)
 
 
 _SPEC_MEMO_SIZE = 100_000

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from sqlalchemy import bindparam, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, defer
 
 from corral.core.allocation import Allocation
 from corral.core.job import JobState
@@ -22,7 +22,7 @@ from corral.scheduling.cycle import ClusterState, Decisions, schedule
 from corral.scheduling.fairshare import Usage, UsageLedger
 from corral.server.context import Context
 from corral.server.db.models import JobRow, NodeRow, QueueUsageRow, TaskRow
-from corral.server.services.converters import allocations_of, job_of, node_of
+from corral.server.services.converters import allocations_of, job_of, load_specs, node_of
 from corral.server.services.notify import notify_jobs
 from corral.server.services.transitions import lock_job, move_job, record
 
@@ -67,13 +67,20 @@ def run_cycle(ctx: Context) -> CycleResult:
     with ctx.sessions.begin() as session:
         cluster = load_cluster(session)
         pending_rows = list(
-            session.scalars(select(JobRow).where(JobRow.state == JobState.PENDING.value))
+            session.scalars(
+                select(JobRow)
+                .options(defer(JobRow.manifest))
+                .where(JobRow.state == JobState.PENDING.value)
+            )
         )
+        load_specs(session, pending_rows)
         pending = [job_of(r) for r in pending_rows]
+        ports = _ports_in_use(session, cluster.held)
+        # Every read before the first write: SQLite takes its one write lock at the first
+        # write, so the pure (and slowest) part must not run while submissions wait on it.
         usage = advance_usage(session, ctx.config, cluster.state.allocations, now)
         state = replace(cluster.state, usage=usage)
         decisions = schedule(state, pending, ctx.config, now, ctx.profile)
-        ports = _ports_in_use(session, cluster.held)
         by_id = {r.id: r for r in pending_rows}
         placed = _apply(session, decisions, by_id, cluster.node_rows, ports, now)
         preempted = _preempt(session, decisions, cluster.held_jobs, now)
