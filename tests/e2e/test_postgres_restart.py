@@ -30,8 +30,9 @@ JOB = {
 
 @pytest.fixture
 def own_postgres() -> Iterator[PostgresServer]:
-    """A PostgreSQL server of this test's own, since the test stops it."""
-    server = PostgresServer(free_port())
+    """A PostgreSQL server of this test's own, since the test stops it; commits are
+    synchronous, as in production, so that an immediate stop keeps what was acknowledged."""
+    server = PostgresServer(free_port(), synchronous_commit=True)
     server.start()
     try:
         yield server

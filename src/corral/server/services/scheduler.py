@@ -99,16 +99,19 @@ def _apply(
 ) -> int:
     by_name = {n.name: n for n in nodes}
     placed = 0
+    # The guarded updates go straight to the connection: no autoflush between them, so the
+    # events and tasks of all placements are inserted in a few batches at commit.
+    connection = session.connection()
     for alloc in decisions.placements:
         job = pending[alloc.job_id]
         port = _pick_port(by_name.get(alloc.tasks[0].node), ports)
         reason = f"placed on {', '.join(alloc.nodes)}" + (f" ({alloc.note})" if alloc.note else "")
-        guarded = session.execute(
-            update(JobRow)
+        guarded = connection.execute(
+            update(JobRow.__table__)
             .where(
-                JobRow.id == job.id,
-                JobRow.state == JobState.PENDING.value,
-                JobRow.attempt == alloc.attempt,
+                JobRow.__table__.c.id == job.id,
+                JobRow.__table__.c.state == JobState.PENDING.value,
+                JobRow.__table__.c.attempt == alloc.attempt,
             )
             .values(
                 state=JobState.RUNNING.value,
@@ -162,7 +165,7 @@ def _preempt(
 ) -> list[int]:
     """Signal the scheduler's victims (running -> preempting); returns their ids."""
     preempted = []
-    for job_id, why in decisions.preemptions:
+    for job_id, why in sorted(decisions.preemptions):  # the lock order of agent syncs
         job = lock_job(session, job_id) if job_id in held_jobs else None
         if job is not None and job.state == JobState.RUNNING.value:
             move_job(session, job, JobState.PREEMPTING, why, now)
