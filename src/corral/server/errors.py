@@ -7,7 +7,7 @@ import logging
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import DataError, DBAPIError, InterfaceError, OperationalError
 
 from corral.errors import CorralError, UnavailableError, ValidationError
 
@@ -33,6 +33,14 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(CorralError)
     async def _corral(_request: Request, exc: CorralError) -> JSONResponse:
         return JSONResponse(_body(exc.code, exc.message), status_code=exc.status_code)
+
+    @app.exception_handler(DataError)
+    async def _data(_request: Request, exc: DataError) -> JSONResponse:
+        """A value the database refuses (PostgreSQL: a NUL character in a string, a string
+        longer than its column): the caller's input, so a 422 that says so."""
+        reason = str(exc.orig or exc).splitlines()[0] if str(exc.orig or exc) else "refused"
+        error = ValidationError(f"a value was refused by the database: {reason}")
+        return JSONResponse(_body(error.code, error.message), status_code=error.status_code)
 
     @app.exception_handler(DBAPIError)
     async def _database(_request: Request, exc: DBAPIError) -> JSONResponse:
