@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from sqlalchemy.exc import DBAPIError
 
@@ -45,7 +46,7 @@ class ControlLoop:
         interval = self.ctx.config.policy.interval
         last_cycle = 0.0
         last_housekeeping = 0.0
-        gap = MIN_CYCLE_GAP
+        next_woken_cycle = 0.0  # time.monotonic(): pacing is real time, whatever the clock
         while not self._stop.is_set():
             woke = self.ctx.wake_event.wait(timeout=min(interval, HOUSEKEEPING_PERIOD))
             if self._stop.is_set():
@@ -59,12 +60,15 @@ class ControlLoop:
                         log.warning("node %s lost", name)
                     if enforce_time_limits(self.ctx):
                         woke = True
-                if woke and now - last_cycle < gap and now - last_cycle < interval:
+                too_soon = time.monotonic() < next_woken_cycle
+                if woke and too_soon and now - last_cycle < interval:
                     self.ctx.wake_event.set()  # not yet: keep the wake for the next turn
                 elif woke or now - last_cycle >= interval:
                     last_cycle = now
+                    began = time.monotonic()
                     result = run_cycle(self.ctx)
-                    gap = max(MIN_CYCLE_GAP, CYCLE_DUTY * result.duration)
+                    took = time.monotonic() - began
+                    next_woken_cycle = began + max(MIN_CYCLE_GAP, CYCLE_DUTY * took)
                     if result.placed:
                         log.info(
                             "cycle placed %d job(s), %d pending", result.placed, result.pending
