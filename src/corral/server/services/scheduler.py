@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from sqlalchemy import bindparam, select, update
-from sqlalchemy.orm import Session, defer
+from sqlalchemy import Row, bindparam, select, update
+from sqlalchemy.orm import Session
 
 from corral.core.allocation import Allocation
 from corral.core.job import JobState
@@ -62,17 +62,28 @@ def load_cluster(session: Session) -> LoadedCluster:
     return LoadedCluster(node_rows, held, held_jobs, state)
 
 
+PENDING_COLUMNS = (
+    JobRow.id,
+    JobRow.user,
+    JobRow.state,
+    JobRow.priority,
+    JobRow.preemptible,
+    JobRow.submitted_at,
+    JobRow.attempt,
+    JobRow.reason,
+    JobRow.position,
+    JobRow.estimated_start,
+)
+
+
 def run_cycle(ctx: Context) -> CycleResult:
     now = ctx.clock()
     with ctx.sessions.begin() as session:
         cluster = load_cluster(session)
-        pending_rows = list(
-            session.scalars(
-                select(JobRow)
-                .options(defer(JobRow.manifest))
-                .where(JobRow.state == JobState.PENDING.value)
-            )
-        )
+        # Plain rows, not ORM objects: thousands of pending jobs are read every cycle.
+        pending_rows = session.execute(
+            select(*PENDING_COLUMNS).where(JobRow.state == JobState.PENDING.value)
+        ).all()
         load_specs(session, pending_rows)
         pending = [job_of(r) for r in pending_rows]
         ports = _ports_in_use(session, cluster.held)
@@ -92,7 +103,7 @@ def run_cycle(ctx: Context) -> CycleResult:
 def _apply(
     session: Session,
     decisions: Decisions,
-    pending: dict[int, JobRow],
+    pending: dict[int, Row],
     nodes: list[NodeRow],
     ports: dict[str, set[int]],
     now: float,
