@@ -135,7 +135,7 @@ def main() -> None:
     parser.add_argument("--backends", nargs="+", default=["sqlite", "postgresql"])
     parser.add_argument("--runs", type=int, default=20, help="submit-to-running samples")
     args = parser.parse_args()
-    console = Console()
+    console = Console(width=120)  # whole tables, also when piped to a file
     postgres = PostgresServer(free_port()) if "postgresql" in args.backends else None
     submit = Table(title=f"REST submissions ({args.jobs} 1-GPU jobs per run; 8 run, rest pend)")
     columns = ("backend", "clients", "submits/s", "p50 ms", "p99 ms", "max ms")
