@@ -48,8 +48,12 @@ def find_bindir() -> Path:
 class PostgresServer:
     """One PostgreSQL cluster in a temporary directory; ``start``/``stop`` may repeat."""
 
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, synchronous_commit: bool = False) -> None:
+        """``synchronous_commit``: a commit returns only once its WAL is written (to the
+        OS: ``fsync`` stays off), so acknowledged work survives ``stop("immediate")``;
+        off by default for speed, which loses the last commits in such a stop."""
         self.port = port
+        self.synchronous_commit = synchronous_commit
         self.bindir = find_bindir()
         self.root = Path(tempfile.mkdtemp(prefix="corral-pg-"))
         self.data = self.root / "data"
@@ -81,7 +85,8 @@ class PostgresServer:
     def start(self) -> None:
         options = (
             f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 "
-            "-c fsync=off -c synchronous_commit=off -c full_page_writes=off "
+            f"-c fsync=off -c synchronous_commit={'on' if self.synchronous_commit else 'off'} "
+            "-c full_page_writes=off "
             "-c max_connections=400"
         )
         self._pg(

@@ -85,6 +85,13 @@ class ConnectionFailedError(CorralError):
     code = "unreachable"
 
 
+class UnavailableError(CorralError):
+    """The server is up but cannot serve now (its database is unreachable); retry later."""
+
+    status_code = 503
+    code = "unavailable"
+
+
 class TrainError(CorralError):
     """The training runtime (corral.train) cannot do what was asked: bad environment, no torch."""
 
@@ -105,6 +112,7 @@ ERRORS_BY_CODE: dict[str, type[CorralError]] = {
         PayloadTooLargeError,
         LimitExceededError,
         ConnectionFailedError,
+        UnavailableError,
         TrainError,
     )
 }

@@ -59,13 +59,15 @@ class LocalCluster:
         node_timeout: float = 30.0,
         sync_interval: float = 0.5,
         config: str | None = None,
+        db: str | None = None,
     ) -> None:
-        """``config``: the text of a scheduler.yaml for the server (none: the defaults)."""
+        """``config``: the text of a scheduler.yaml for the server (none: the defaults);
+        ``db``: the server's database URL (default: SQLite in ``home``)."""
         self.home = home
         self.config = config
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.db = f"sqlite:///{home / 'corral.db'}"
+        self.db = db or f"sqlite:///{home / 'corral.db'}"
         self.node_timeout = node_timeout
         self.sync_interval = sync_interval
         self.env = {**os.environ, "CORRAL_HOME": str(home), "PYTHONUNBUFFERED": "1"}

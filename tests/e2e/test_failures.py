@@ -70,7 +70,10 @@ def test_cancel_kills_the_whole_process_tree(cluster: LocalCluster, tmp_path: Pa
     assert {t.exit_code for t in tasks} <= {143, 137}
 
 
-def test_server_sigkill_and_restart_loses_nothing(cluster: LocalCluster, tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_server_sigkill_and_restart_loses_nothing(
+    cluster: LocalCluster, tmp_path: Path, backend: str
+) -> None:
     client = cluster.client()
     marker = tmp_path / "marks"
     marker.mkdir()

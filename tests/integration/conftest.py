@@ -1,4 +1,6 @@
-"""A real control plane (uvicorn on loopback, SQLite, control loop) in a thread."""
+"""A real control plane (uvicorn on loopback, control loop) in a thread, on SQLite and on
+PostgreSQL: the ``server`` fixture is parametrized ``sqlite``/``postgresql``, so
+``pytest -k postgresql`` selects the PostgreSQL runs."""
 
 from __future__ import annotations
 
@@ -34,7 +36,10 @@ class Server:
         return httpx.Client(base_url=f"{self.url}/api/v1", headers=headers, timeout=10)
 
 
-def start_server(home: Path, config: str | None = None, **settings: object) -> tuple:
+def start_server(
+    home: Path, config: str | None = None, db_url: str | None = None, **settings: object
+) -> tuple:
+    """Start a server on ``db_url`` (default: SQLite under ``home``); (handle, uvicorn, thread)."""
     config_path = None
     if config is not None:
         config_path = home / "scheduler.yaml"
@@ -43,7 +48,7 @@ def start_server(home: Path, config: str | None = None, **settings: object) -> t
     port = free_port()
     ctx = build_context(
         ServerSettings(
-            db_url=f"sqlite:///{home / 'corral.db'}",
+            db_url=db_url or f"sqlite:///{home / 'corral.db'}",
             home=home,
             port=port,
             config_path=config_path,
@@ -77,11 +82,30 @@ def start_server(home: Path, config: str | None = None, **settings: object) -> t
     return handle, server, thread
 
 
+BACKENDS = ["sqlite", "postgresql"]
+
+
+def database_url(backend: str, request: pytest.FixtureRequest, home: Path) -> str:
+    """A fresh database of ``backend``: a SQLite file under ``home`` or a new PostgreSQL
+    database on the session's server."""
+    if backend == "postgresql":
+        return request.getfixturevalue("postgres_server").new_database()
+    return f"sqlite:///{home / 'corral.db'}"
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    """The database backend under test: ``sqlite`` or ``postgresql``."""
+    return request.param
+
+
 @pytest.fixture
-def server(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Server]:
+def server(tmp_path: Path, request: pytest.FixtureRequest, backend: str) -> Iterator[Server]:
     marker = request.node.get_closest_marker("server_options")
     options = dict(marker.kwargs) if marker else {}
-    handle, srv, thread = start_server(tmp_path / "home", **options)
+    home = tmp_path / "home"
+    db_url = database_url(backend, request, home)
+    handle, srv, thread = start_server(home, db_url=db_url, **options)
     try:
         yield handle
     finally:

@@ -36,8 +36,8 @@ class DeviceIn(Strict):
 
 class RegisterRequest(Strict):
     name: str = Field(min_length=1, max_length=253, pattern=r"^[A-Za-z0-9._-]+$")
-    agent_id: str
-    address: str
+    agent_id: str = Field(min_length=1, max_length=64)  # the column's width
+    address: str = Field(max_length=253)
     devices: list[DeviceIn] = Field(default_factory=list)
     cpus: float = Field(ge=0)
     memory: Count
@@ -91,7 +91,7 @@ class GpuTelemetry(Strict):
 
 class SyncRequest(Strict):
     node: str
-    agent_id: str
+    agent_id: str = Field(min_length=1, max_length=64)
     tasks: list[TaskReport] = Field(default_factory=list)
     logs: list[LogChunk] = Field(default_factory=list)
     free_ports: list[Annotated[int, Field(ge=0, le=65535)]] = Field(default_factory=list)

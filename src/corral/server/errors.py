@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 import math
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import DataError, DBAPIError, InterfaceError, OperationalError
 from starlette.exceptions import HTTPException
 
-from corral.errors import CorralError, LimitExceededError, ValidationError
+from corral.errors import CorralError, LimitExceededError, UnavailableError, ValidationError
+
+log = logging.getLogger("corral.server")
 
 
 def _body(code: str, message: str) -> dict[str, str]:
@@ -55,9 +59,34 @@ def install_error_handlers(app: FastAPI) -> None:
             status_code=ValidationError.status_code,
         )
 
+    @app.exception_handler(DataError)
+    async def _data(_request: Request, exc: DataError) -> JSONResponse:
+        """A value the database refuses (PostgreSQL: a NUL character in a string, a string
+        longer than its column): the caller's input, so a 422 that says so."""
+        reason = str(exc.orig or exc).splitlines()[0] if str(exc.orig or exc) else "refused"
+        error = ValidationError(f"a value was refused by the database: {reason}")
+        return JSONResponse(_body(error.code, error.message), status_code=error.status_code)
+
+    @app.exception_handler(DBAPIError)
+    async def _database(_request: Request, exc: DBAPIError) -> JSONResponse:
+        """The database is down, restarting, or aborted the transaction (a deadlock, a
+        serialization failure, SQLite busy): nothing was committed, so retrying is safe."""
+        if not transient(exc):
+            raise exc
+        log.warning("database unavailable: %s", str(exc.orig or exc).splitlines()[0])
+        error = UnavailableError("the database is unavailable; nothing was changed, try again")
+        return JSONResponse(_body(error.code, error.message), status_code=error.status_code)
+
     @app.exception_handler(RequestValidationError)
     async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
         return JSONResponse(
             _body(ValidationError.code, describe_request_errors(exc)),
             status_code=ValidationError.status_code,
         )
+
+
+def transient(exc: DBAPIError) -> bool:
+    """A failure of the connection or of this transaction's luck, not of the statement:
+    operational errors (lost connection, server shutting down, lock timeouts, deadlocks,
+    serialization failures) and invalidated connections."""
+    return exc.connection_invalidated or isinstance(exc, OperationalError | InterfaceError)

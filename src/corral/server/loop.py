@@ -9,15 +9,22 @@ Only the leader does the state-changing work, each write transaction fenced by i
 a cycle runs when something woke it (a submission, a task exit, a node change, on this
 replica or, through the lease row's ``wakes`` counter, on a follower) and at least every
 ``policy.interval``; liveness and time limits run every second.
+Woken cycles are spaced by ``CYCLE_DUTY`` times the last one's duration (at least
+``MIN_CYCLE_GAP``), so the loop takes at most about a third of the CPU under a burst. A
+database outage is logged and retried, never fatal.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
+
+from sqlalchemy.exc import DBAPIError
 
 from corral.errors import FencedError
 from corral.server.context import Context
+from corral.server.errors import transient
 from corral.server.leader import Leadership, LeaseState, Term, nudges
 from corral.server.services.idle import check_idle
 from corral.server.services.nodes import NodeService
@@ -28,6 +35,9 @@ HOUSEKEEPING_PERIOD = 1.0
 MIN_CYCLE_GAP = 0.05
 WAKE_POLL = 0.1  # how often the leader looks for followers' wake requests
 FOLLOWER_POLL = 0.2  # how often a follower reads the lease (expiry, the leader's changes)
+# A woken cycle waits at least this many times the last cycle's duration after its start,
+# so that a burst of submissions (each waking the loop) leaves the API most of the CPU.
+CYCLE_DUTY = 3.0
 
 
 class ControlLoop:
@@ -42,6 +52,7 @@ class ControlLoop:
         self.nodes = NodeService(ctx)
         self._stop = threading.Event()
         self._last_cycle = self._last_housekeeping = 0.0
+        self._next_woken_cycle = 0.0  # time.monotonic(): pacing is real time, whatever the clock
         self._threads = [
             threading.Thread(target=self._elect, name="corral-election", daemon=True),
             threading.Thread(target=self._run, name="corral-control", daemon=True),
@@ -110,7 +121,12 @@ class ControlLoop:
                 log.warning("deposed: %s; nothing was applied", exc)
                 if term is not None:
                     self.leadership.deposed(term)
-            except Exception:  # a bad cycle (or a database outage) must not kill the loop
+            except DBAPIError as exc:  # the database is down: try again next time
+                if not transient(exc):
+                    log.exception("control loop iteration failed")
+                else:
+                    log.warning("control loop: database unavailable (%s)", _first_line(exc))
+            except Exception:  # a bad cycle must not kill the loop
                 log.exception("control loop iteration failed")
             seen = term
             self._stop.wait(MIN_CYCLE_GAP)
@@ -127,9 +143,20 @@ class ControlLoop:
                 woke = True
             if check_idle(self.ctx, term):
                 woke = True
-        if woke or now - self._last_cycle >= self.ctx.config.policy.interval:
+        interval = self.ctx.config.policy.interval
+        too_soon = time.monotonic() < self._next_woken_cycle
+        if woke and too_soon and now - self._last_cycle < interval:
+            self.ctx.wake_event.set()  # not yet: keep the wake for the next turn
+        elif woke or now - self._last_cycle >= interval:
             self._last_cycle = now
+            began = time.monotonic()
             result = run_cycle(self.ctx, term)
+            took = time.monotonic() - began
+            self._next_woken_cycle = began + max(MIN_CYCLE_GAP, CYCLE_DUTY * took)
             self.ctx.metrics.cycle_seconds.observe(result.duration)
             if result.placed:
                 log.info("cycle placed %d job(s), %d pending", result.placed, result.pending)
+
+
+def _first_line(exc: DBAPIError) -> str:
+    return str(exc.orig or exc).splitlines()[0] if str(exc.orig or exc) else type(exc).__name__

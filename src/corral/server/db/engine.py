@@ -58,7 +58,11 @@ def make_engine(url: str) -> Engine:
         raise ValidationError(
             "--db: PostgreSQL needs the psycopg driver: pip install 'corral[postgres]'"
         )
-    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+    # No pool_pre_ping: it costs a round trip per checkout (two per API call). A connection
+    # that died with the server instead fails its first statement, the request is answered
+    # 503 (``server/errors.py``) and SQLAlchemy discards the whole pool, so a restarted
+    # PostgreSQL costs at most one failed call per process, not one per pooled connection.
+    return create_engine(url, pool_size=10, max_overflow=20)
 
 
 def migrate(engine: Engine) -> None:

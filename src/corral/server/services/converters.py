@@ -6,6 +6,9 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from sqlalchemy import Row, select
+from sqlalchemy.orm import Session
+
 from corral.core.allocation import Allocation, TaskAllocation, mig_instance_name
 from corral.core.job import Job, JobSpec, JobState
 from corral.core.node import Device, Node, NodeState
@@ -18,16 +21,35 @@ def manifest_of(row: JobRow) -> JobManifest:
     return JobManifest.model_validate(row.manifest)
 
 
-def spec_of(row: JobRow) -> JobSpec:
+def spec_of(row: JobRow | Row) -> JobSpec:
     """The job's spec, memoized: a manifest never changes after submission, and the
-    scheduling loop needs every pending job's spec on every cycle."""
+    scheduling loop needs every pending job's spec on every cycle. ``row`` needs ``id``,
+    ``submitted_at`` and ``user``, and ``manifest`` unless ``load_specs`` memoized it."""
     key = (row.id, row.submitted_at, row.user)
     spec = _SPECS.get(key)
     if spec is None:
-        spec = manifest_of(row).to_spec()
-        if len(_SPECS) >= _SPEC_MEMO_SIZE:
-            _SPECS.clear()
-        _SPECS[key] = spec
+        spec = _remember(key, JobManifest.model_validate(row.manifest).to_spec())
+    return spec
+
+
+def load_specs(session: Session, rows: Sequence[Row], batch: int = 500) -> None:
+    """Memoize the specs of ``rows`` (with ``id``, ``submitted_at``, ``user``; no manifest)
+    not memoized yet, reading their manifests in a few queries rather than one per job."""
+    missing = {r.id: (r.id, r.submitted_at, r.user) for r in rows}
+    missing = {job_id: key for job_id, key in missing.items() if key not in _SPECS}
+    ids = list(missing)
+    for start in range(0, len(ids), batch):
+        chunk = ids[start : start + batch]
+        for job_id, manifest in session.execute(
+            select(JobRow.id, JobRow.manifest).where(JobRow.id.in_(chunk))
+        ):
+            _remember(missing[job_id], JobManifest.model_validate(manifest).to_spec())
+
+
+def _remember(key: tuple[int, float, str], spec: JobSpec) -> JobSpec:
+    if len(_SPECS) >= _SPEC_MEMO_SIZE:
+        _SPECS.clear()
+    _SPECS[key] = spec
     return spec
 
 
@@ -35,7 +57,9 @@ _SPEC_MEMO_SIZE = 100_000
 _SPECS: dict[tuple[int, float, str], JobSpec] = {}
 
 
-def job_of(row: JobRow) -> Job:
+def job_of(row: JobRow | Row) -> Job:
+    """A core job from its ORM row, or from a plain ``Row`` of the same columns (all but
+    the manifest, once ``load_specs`` memoized its spec)."""
     return Job(
         id=row.id,
         spec=spec_of(row),

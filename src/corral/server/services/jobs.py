@@ -34,7 +34,7 @@ from corral.server.db.models import (
 from corral.server.services.converters import job_out, spec_of
 from corral.server.services.notify import notify_jobs
 from corral.server.services.settle import FINAL_TASK_STATES
-from corral.server.services.transitions import move_job, record, record_submission
+from corral.server.services.transitions import lock_job, move_job, record, record_submission
 
 ACTIVE_STATES = (JobState.PENDING.value, JobState.RUNNING.value, JobState.PREEMPTING.value)
 
@@ -226,7 +226,7 @@ class JobService:
         """Cancel; running tasks get SIGTERM, then SIGKILL after the grace period."""
         now = self.ctx.clock()
         with self.ctx.sessions.begin() as session:
-            row = self._row(session, job_id)
+            row = self._row(session, job_id, lock=True)
             if JobState(row.state).terminal:
                 raise ConflictError(f"job {job_id} already ended ({row.state})")
             move_job(session, row, JobState.CANCELLED, "cancelled by user", now)
@@ -238,7 +238,7 @@ class JobService:
         """SIGTERM every task, wait the grace period, requeue (SPEC section 4)."""
         now = self.ctx.clock()
         with self.ctx.sessions.begin() as session:
-            row = self._row(session, job_id)
+            row = self._row(session, job_id, lock=True)
             if row.state != JobState.RUNNING.value:
                 raise ConflictError(
                     f"job {job_id} is {row.state}; only running jobs can be preempted"
@@ -251,7 +251,7 @@ class JobService:
         """Record that the running job saved a complete checkpoint (now)."""
         now = self.ctx.clock()
         with self.ctx.sessions.begin() as session:
-            row = self._row(session, job_id)
+            row = self._row(session, job_id, lock=True)
             if not JobState(row.state).active:
                 raise ConflictError(
                     f"job {job_id} is {row.state}; only running jobs report checkpoints"
@@ -319,8 +319,9 @@ class JobService:
         )
 
     @staticmethod
-    def _row(session: Session, job_id: int) -> JobRow:
-        row = session.get(JobRow, job_id)
+    def _row(session: Session, job_id: int, lock: bool = False) -> JobRow:
+        """The job (``lock``: locked for an update, see ``lock_job``); ``NotFoundError``."""
+        row = lock_job(session, job_id) if lock else session.get(JobRow, job_id)
         if row is None:
             raise NotFoundError(f"no job with id {job_id}")
         return row

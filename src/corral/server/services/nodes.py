@@ -30,7 +30,7 @@ from corral.server.services.converters import mig_names, node_of, node_out, spec
 from corral.server.services.notify import notify_jobs
 from corral.server.services.settle import FINAL_TASK_STATES, lose_tasks, settle_job
 from corral.server.services.telemetry import ingest
-from corral.server.services.transitions import move_node
+from corral.server.services.transitions import lock_job, move_node
 
 LIVE_TASK_STATES = ("assigned", "running", "terminating")
 
@@ -139,7 +139,8 @@ class NodeService:
                 woke |= outcome.drained
             woke |= self._release_vanished(session, req.node, keys)
             touched |= self._skip_unstarted(session, req.node, keys, now)
-            started = [self._settle(session, job_id, now) for job_id in touched]
+            # one lock order for every transaction
+            started = [self._settle(session, job_id, now) for job_id in sorted(touched)]
             acks = [
                 TaskAck(
                     job_id=key[0],
@@ -287,8 +288,8 @@ class NodeService:
         by_job: dict[int, list[TaskRow]] = defaultdict(list)
         for task in held:
             by_job[task.job_id].append(task)
-        for job_id, tasks in by_job.items():
-            job = session.get(JobRow, job_id)
+        for job_id, tasks in sorted(by_job.items()):
+            job = lock_job(session, job_id)
             if job is not None:
                 lose_tasks(session, job, tasks, why, now, release)
         return set(by_job)
@@ -296,7 +297,7 @@ class NodeService:
     @staticmethod
     def _settle(session: Session, job_id: int, now: float) -> tuple[str, float] | None:
         """Settle the job; returns its queue and wait when its first attempt just started."""
-        job = session.get(JobRow, job_id)
+        job = lock_job(session, job_id)
         if job is None:
             return None
         first_start = None

@@ -1,15 +1,19 @@
 """The scheduling cycle in the control plane: load, call the pure scheduler, apply.
 
-A cycle plans in one transaction and applies in the next (fenced by the leader's term:
-see ``server.leader``); placing a job is a guarded update
-(``state = pending`` and the same attempt) so a job cancelled meanwhile is never started.
+A cycle plans in one transaction (reads only: SQLite takes its one write lock at the first
+write, so the pure and slowest part never runs while submissions wait on it) and applies
+in the next, fenced by the leader's term (see ``server.leader``). Placing a job, and
+updating a pending job's reason, are guarded updates (``state = pending`` and the same
+attempt) so a job cancelled meanwhile is never started nor given a pending reason; a
+victim is locked and re-read before it is preempted (on PostgreSQL the reads are READ
+COMMITTED, not a snapshot).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from sqlalchemy import select, update
+from sqlalchemy import Row, bindparam, select, update
 from sqlalchemy.orm import Session
 
 from corral.core.allocation import Allocation
@@ -22,9 +26,9 @@ from corral.scheduling.fairshare import Usage, UsageLedger
 from corral.server.context import Context
 from corral.server.db.models import JobRow, NodeRow, QueueUsageRow, TaskRow
 from corral.server.leader import Term
-from corral.server.services.converters import allocations_of, job_of, node_of
+from corral.server.services.converters import allocations_of, job_of, load_specs, node_of
 from corral.server.services.notify import notify_jobs
-from corral.server.services.transitions import move_job, record
+from corral.server.services.transitions import lock_job, move_job, record
 
 DEFAULT_MASTER_PORT = 29500
 
@@ -62,12 +66,26 @@ def load_cluster(session: Session) -> LoadedCluster:
     return LoadedCluster(node_rows, held, held_jobs, state)
 
 
+PENDING_COLUMNS = (
+    JobRow.id,
+    JobRow.user,
+    JobRow.state,
+    JobRow.priority,
+    JobRow.preemptible,
+    JobRow.submitted_at,
+    JobRow.attempt,
+    JobRow.reason,
+    JobRow.position,
+    JobRow.estimated_start,
+)
+
+
 @dataclass(frozen=True)
 class CyclePlan:
     """What one cycle decided, before anything is written."""
 
     cluster: LoadedCluster
-    pending: list[JobRow]
+    pending: list[Row]  # PENDING_COLUMNS of each pending job
     usage: UsageLedger
     decisions: Decisions
     now: float
@@ -98,9 +116,11 @@ def plan_cycle(ctx: Context, session: Session) -> CyclePlan:
     """Load the cluster and the pending jobs and call the pure scheduler; writes nothing."""
     now = ctx.clock()
     cluster = load_cluster(session)
+    # Plain rows, not ORM objects: thousands of pending jobs are read every cycle.
     pending_rows = list(
-        session.scalars(select(JobRow).where(JobRow.state == JobState.PENDING.value))
+        session.execute(select(*PENDING_COLUMNS).where(JobRow.state == JobState.PENDING.value))
     )
+    load_specs(session, pending_rows)
     pending = [job_of(r) for r in pending_rows]
     _, stored = stored_usage(session, ctx.config.policy.fair_share_half_life, now)
     usage = stored.advance(now, cluster.state.allocations)
@@ -123,23 +143,26 @@ def apply_cycle(ctx: Context, session: Session, plan: CyclePlan) -> tuple[int, l
 def _apply(
     session: Session,
     decisions: Decisions,
-    pending: dict[int, JobRow],
+    pending: dict[int, Row],
     nodes: list[NodeRow],
     ports: dict[str, set[int]],
     now: float,
 ) -> int:
     by_name = {n.name: n for n in nodes}
     placed = 0
+    # The guarded updates go straight to the connection: no autoflush between them, so the
+    # events and tasks of all placements are inserted in a few batches at commit.
+    connection = session.connection()
     for alloc in decisions.placements:
         job = pending[alloc.job_id]
         port = _pick_port(by_name.get(alloc.tasks[0].node), ports)
         reason = f"placed on {', '.join(alloc.nodes)}" + (f" ({alloc.note})" if alloc.note else "")
-        guarded = session.execute(
-            update(JobRow)
+        guarded = connection.execute(
+            update(JobRow.__table__)
             .where(
-                JobRow.id == job.id,
-                JobRow.state == JobState.PENDING.value,
-                JobRow.attempt == alloc.attempt,
+                JobRow.__table__.c.id == job.id,
+                JobRow.__table__.c.state == JobState.PENDING.value,
+                JobRow.__table__.c.attempt == alloc.attempt,
             )
             .values(
                 state=JobState.RUNNING.value,
@@ -158,12 +181,34 @@ def _apply(
         record(session, "job", str(job.id), alloc.attempt, placement)
         _add_tasks(session, alloc)
         placed += 1
+    changed = []
     for job_id, pend in decisions.pending.items():
         job = pending[job_id]
         now_known = (pend.reason, pend.position, pend.estimated_start)
         if (job.reason, job.position, job.estimated_start) != now_known:
-            job.reason, job.position, job.estimated_start = now_known
+            changed.append(
+                dict(
+                    zip(
+                        ("jid", "jattempt", "r", "p", "e"),
+                        (job_id, job.attempt, *now_known),
+                        strict=True,
+                    )
+                )
+            )
+    if changed:  # guarded too: a job cancelled meanwhile keeps its own reason
+        session.connection().execute(_PENDING_REASON, changed)
     return placed
+
+
+_PENDING_REASON = (
+    update(JobRow.__table__)
+    .where(
+        JobRow.__table__.c.id == bindparam("jid"),
+        JobRow.__table__.c.state == JobState.PENDING.value,
+        JobRow.__table__.c.attempt == bindparam("jattempt"),
+    )
+    .values(reason=bindparam("r"), position=bindparam("p"), estimated_start=bindparam("e"))
+)
 
 
 def _preempt(
@@ -171,8 +216,8 @@ def _preempt(
 ) -> list[int]:
     """Signal the scheduler's victims (running -> preempting); returns their ids."""
     preempted = []
-    for job_id, why in decisions.preemptions:
-        job = held_jobs.get(job_id)
+    for job_id, why in sorted(decisions.preemptions):  # the lock order of agent syncs
+        job = lock_job(session, job_id) if job_id in held_jobs else None
         if job is not None and job.state == JobState.RUNNING.value:
             move_job(session, job, JobState.PREEMPTING, why, now)
             preempted.append(job_id)

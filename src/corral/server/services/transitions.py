@@ -25,6 +25,20 @@ def record(session: Session, entity: str, entity_id: str, attempt: int, change: 
     )
 
 
+def lock_job(session: Session, job_id: int) -> JobRow | None:
+    """The job's row, read afresh and locked until the transaction ends (``FOR UPDATE``).
+
+    Every transaction that moves a job from what it reads (settling from task outcomes,
+    cancel, preempt, losing a node) locks the job first: under PostgreSQL's READ COMMITTED
+    two agents reporting the last tasks of one gang at once would otherwise each miss the
+    other's exit and leave the job running forever, and a cancel could be overwritten by a
+    concurrent settle. SQLite serializes writers and ignores the clause. Pending changes are
+    flushed first, since the row is reloaded.
+    """
+    session.flush()
+    return session.get(JobRow, job_id, with_for_update=True, populate_existing=True)
+
+
 def move_job(session: Session, job: JobRow, target: JobState, reason: str, now: float) -> None:
     """Check ``job.state -> target`` against the table, apply it, append the event."""
     record(

@@ -1,0 +1,187 @@
+"""REST API throughput and latency on SQLite and PostgreSQL.
+
+Submissions: a real ``corral server`` process and one ``corral agent`` (8 simulated H100s)
+on loopback; C client threads (each its own keep-alive ``httpx.Client``) submit N 1-GPU
+jobs in total through ``POST /api/v1/jobs`` as fast as they can. Eight jobs run, the rest
+pend, so every scheduling cycle meanwhile sees a growing queue. Reported: submissions per
+second (wall clock, all clients), the p50/p99 latency of one submission, and the server
+process's CPU time per submission (API, database client and the scheduling cycles the
+burst caused; PostgreSQL's own CPU is not in it), which a shared machine disturbs least.
+
+Submit-to-running: on the same kind of cluster, submit a 1-GPU job, poll it every 5 ms
+until its task reports running (the agent started the process), cancel it, wait until the
+devices are free; repeated.
+
+PostgreSQL runs on a throwaway server started from the binaries on the machine
+(``tests/postgres.py``).
+
+    python bench/api.py                       # 2,000 jobs per run, 1/8/32 clients, both backends
+    python bench/api.py --jobs 500 --clients 1 8 --backends sqlite
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+from rich.console import Console
+from rich.table import Table
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.e2e.cluster import LocalCluster, free_port, wait_for  # noqa: E402
+from tests.postgres import PostgresServer  # noqa: E402
+
+JOB = {"command": ["sleep", "600"], "resources": {"gpus": 1}}
+
+
+@contextmanager
+def cluster(db: str | None, sync_interval: float = 2.0) -> Iterator[LocalCluster]:
+    """A server (on ``db``, else SQLite) and one agent with 8 simulated GPUs."""
+    with tempfile.TemporaryDirectory() as tmp:
+        local = LocalCluster(Path(tmp), node_timeout=600, sync_interval=sync_interval, db=db)
+        try:
+            local.start_server()
+            local.start_agent("node-a")
+            local.wait_nodes("node-a")
+            yield local
+        finally:
+            local.stop()
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time of process ``pid`` so far (Linux ``/proc``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def submit_load(local: LocalCluster, clients: int, jobs: int) -> tuple[float, list[float]]:
+    """``jobs`` submissions split over ``clients`` threads; (seconds, latencies)."""
+    token = (local.home / "token").read_text().strip()
+    latencies: list[list[float]] = [[] for _ in range(clients)]
+    errors: list[str] = []
+    start = threading.Barrier(clients + 1)
+
+    def work(index: int) -> None:
+        count = jobs // clients + (index < jobs % clients)
+        with httpx.Client(
+            base_url=f"{local.url}/api/v1",
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=60,
+        ) as http:
+            http.get("/health")  # connect before the clock starts
+            start.wait()
+            for _ in range(count):
+                began = time.perf_counter()
+                answer = http.post("/jobs", json=JOB)
+                latencies[index].append(time.perf_counter() - began)
+                if answer.status_code != 201:
+                    errors.append(f"{answer.status_code} {answer.text[:200]}")
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(clients)]
+    for thread in threads:
+        thread.start()
+    start.wait()
+    began = time.perf_counter()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - began
+    if errors:
+        raise SystemExit(f"{len(errors)} submissions failed, e.g. {errors[0]}")
+    return elapsed, [x for xs in latencies for x in xs]
+
+
+def submit_to_running(local: LocalCluster, runs: int) -> list[float]:
+    """Seconds from ``POST /jobs`` to the task reporting running, ``runs`` times."""
+    token = (local.home / "token").read_text().strip()
+    samples = []
+    with httpx.Client(
+        base_url=f"{local.url}/api/v1", headers={"Authorization": f"Bearer {token}"}, timeout=30
+    ) as http:
+        for _ in range(runs):
+            began = time.perf_counter()
+            job = http.post("/jobs", json=JOB).json()
+            while True:
+                tasks = http.get(f"/jobs/{job['id']}").json()["tasks"]
+                if tasks and tasks[0]["state"] == "running":
+                    break
+                time.sleep(0.005)
+            samples.append(time.perf_counter() - began)
+            http.post(f"/jobs/{job['id']}/cancel")
+
+            def free() -> bool:
+                return all(n["gpus_used"] == 0 for n in http.get("/nodes").json()["nodes"])
+
+            wait_for(free, 30, "the devices to be free")
+    return samples
+
+
+def quantile(samples: list[float], q: int) -> float:
+    return statistics.quantiles(samples, n=100, method="inclusive")[q - 1] * 1000
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=2000, help="submissions per run")
+    parser.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32])
+    parser.add_argument("--backends", nargs="+", default=["sqlite", "postgresql"])
+    parser.add_argument("--runs", type=int, default=20, help="submit-to-running samples")
+    args = parser.parse_args()
+    console = Console(width=120)  # whole tables, also when piped to a file
+    postgres = PostgresServer(free_port()) if "postgresql" in args.backends else None
+    submit = Table(title=f"REST submissions ({args.jobs} 1-GPU jobs per run; 8 run, rest pend)")
+    columns = ("backend", "clients", "submits/s", "p50 ms", "p99 ms", "max ms")
+    for col in (*columns, "server CPU ms/submit", "load avg"):
+        submit.add_column(col, justify="right")
+    start = Table(title=f"submit -> running on a local cluster ({args.runs} runs, 5 ms polling)")
+    for col in ("backend", "p50 ms", "p95 ms", "max ms"):
+        start.add_column(col, justify="right")
+    try:
+        if postgres is not None:
+            postgres.start()
+        for backend in args.backends:
+            for clients in args.clients:
+                db = postgres.new_database() if backend == "postgresql" and postgres else None
+                with cluster(db) as local:
+                    assert local.server is not None
+                    cpu = cpu_seconds(local.server.pid)
+                    elapsed, lat = submit_load(local, clients, args.jobs)
+                    cpu = cpu_seconds(local.server.pid) - cpu
+                    load = os.getloadavg()[0]
+                submit.add_row(
+                    backend,
+                    str(clients),
+                    f"{len(lat) / elapsed:.0f}",
+                    f"{quantile(lat, 50):.1f}",
+                    f"{quantile(lat, 99):.1f}",
+                    f"{max(lat) * 1000:.1f}",
+                    f"{cpu / len(lat) * 1000:.2f}",
+                    f"{load:.2f}",
+                )
+                console.print(f"{backend}, {clients} client(s): done")
+            db = postgres.new_database() if backend == "postgresql" and postgres else None
+            with cluster(db) as local:
+                samples = submit_to_running(local, args.runs)
+            start.add_row(
+                backend,
+                f"{quantile(samples, 50):.0f}",
+                f"{quantile(samples, 95):.0f}",
+                f"{max(samples) * 1000:.0f}",
+            )
+    finally:
+        if postgres is not None:
+            postgres.destroy()
+    console.print(submit)
+    console.print(start)
+
+
+if __name__ == "__main__":
+    main()
