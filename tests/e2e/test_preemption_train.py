@@ -132,7 +132,7 @@ def requeue_reason(shown: dict) -> str:
     return next(
         e["reason"]
         for e in shown["events"]
-        if e["attempt"] == 0 and e["from_state"] == "preempting"
+        if e["attempt"] == 0 and e["from_state"] == "preempting" and e["to_state"] == "pending"
     )
 
 
@@ -155,6 +155,10 @@ def test_corral_preempt_checkpoints_requeues_and_resumes_bit_for_bit(
     assert_stopped_and_resumed_at(cluster, job.id, HOLD)
     assert shown["attempts"][0]["outcome"] == "preempting: preempted by user"
     assert requeue_reason(shown) == "preempted; exited 0 after SIGTERM; requeued"
+    # the runtime told the control plane of each save (CORRAL_SERVER + CORRAL_JOB_TOKEN)
+    saves = [e["reason"] for e in shown["events"] if e["reason"].startswith("checkpoint saved")]
+    assert any(f"step {HOLD}" in reason for reason in saves), saves
+    assert shown["last_checkpoint_at"] is not None
 
 
 def test_a_high_priority_job_preempts_training_which_resumes_bit_for_bit(

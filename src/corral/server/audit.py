@@ -10,14 +10,17 @@ noted (the id of a submitted job).
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 import anyio
 from fastapi import Request
+from sqlalchemy.exc import DBAPIError
 
 from corral.server.context import Context
 from corral.server.db.models import AuditRow
+from corral.server.errors import transient
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -29,6 +32,7 @@ API = "/api/v1/"
 AUDITED_METHODS = ("POST", "PUT", "PATCH", "DELETE")
 NOT_AUDITED = ("/api/v1/agent/sync",)
 SCOPE_KEY = "corral.audit"
+log = logging.getLogger("corral.server")
 
 
 def note(request: Request, **fields: Any) -> None:
@@ -79,8 +83,19 @@ class AuditMiddleware:
             await anyio.to_thread.run_sync(self._store, row)
 
     def _store(self, row: AuditRow) -> None:
-        with self.ctx.sessions.begin() as session:
-            session.add(row)
+        try:
+            with self.ctx.sessions.begin() as session:
+                session.add(row)
+        except DBAPIError as exc:
+            if not transient(exc):
+                raise
+            # the database is down: the call itself was refused (503) or already answered
+            log.warning(
+                "audit: %s %s by %s not recorded: database unavailable",
+                row.method,
+                row.path,
+                row.user or "anonymous",
+            )
 
 
 class BodyLimitMiddleware:

@@ -69,8 +69,8 @@ class ControlLoop:
             thread.join(timeout=10)
         try:
             self.leadership.resign()
-        except Exception:  # the database may be gone; the lease then simply expires
-            log.exception("could not give up the leader lease")
+        except DBAPIError as exc:  # the database may be gone; the lease then simply expires
+            log.warning("could not give up the leader lease: %s", _first_line(exc))
 
     def _elect(self) -> None:
         while not self._stop.is_set():
@@ -81,7 +81,12 @@ class ControlLoop:
                     self._relay(before)
                 elif term != was:
                     self.ctx.wake()  # a new term: catch up at once
-            except Exception:  # e.g. the database restarting: try again
+            except DBAPIError as exc:  # e.g. the database restarting: try again
+                if not transient(exc):
+                    log.exception("leader election step failed")
+                else:
+                    log.warning("leader election: database unavailable (%s)", _first_line(exc))
+            except Exception:
                 log.exception("leader election step failed")
             period = self.leadership.ttl / 4
             self._stop.wait(period if self.leadership.is_leader else min(period, FOLLOWER_POLL))
