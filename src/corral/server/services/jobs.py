@@ -150,15 +150,18 @@ class JobService:
     def _check_pending(self, session: Session, user: str, queue: QueueConfig) -> None:
         """Refuse a submission past a pending-jobs limit (``limits`` and the queue's)."""
         limits = self.ctx.config.limits
+        per_queue = (
+            queue.max_pending if queue.max_pending is not None else limits.max_pending_per_queue
+        )
+        if (limits.max_pending_per_user, per_queue, queue.max_pending_per_user) == (None,) * 3:
+            return  # the default: no limit, no query to build
         pending = (
             select(func.count()).select_from(JobRow).where(JobRow.state == JobState.PENDING.value)
         )
         checks = (
             (limits.max_pending_per_user, JobRow.user == user, f"{user} has"),
             (
-                queue.max_pending
-                if queue.max_pending is not None
-                else limits.max_pending_per_queue,
+                per_queue,
                 JobRow.queue == queue.name,
                 f"queue {queue.name!r} has",
             ),
