@@ -8,13 +8,18 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
-from corral.errors import NotFoundError, PermissionDeniedError
-from corral.server.services.auth import job_token
+from corral.errors import AuthenticationError, NotFoundError, PermissionDeniedError
+from corral.server.app import build_context
+from corral.server.context import ServerSettings
+from corral.server.services.auth import TokenService, hash_secret, job_token
+from corral.server.services.auth_cache import TokenCache
 from tests.integration.conftest import Server, start_server
 from tests.integration.protocol import FakeHardwareAgent
+from tests.unit.server.test_credentials import FakeClock
 
 CONFIG = """
 queues:
@@ -213,3 +218,30 @@ def test_join_token_registers_nodes_only(tenants: Tenants) -> None:
     assert s.http(s.join_token).get("/whoami").json()["role"] == "join"
     assert s.http(s.join_token).post("/jobs", json=JOB).status_code == 403
     assert s.http(s.join_token).post("/agent/sync", json={}).status_code == 403
+
+
+def test_a_revoked_token_is_refused_at_once_though_it_was_cached(tenants: Tenants) -> None:
+    s = tenants.server
+    spare = s.client().create_token("bob")
+    assert s.http(spare.token).get("/whoami").status_code == 200  # verified: now cached
+    assert s.ctx.tokens.get(hash_secret(spare.token)) is not None
+    s.client().revoke_token(spare.id)
+    assert s.http(spare.token).get("/whoami").status_code == 401
+    assert s.http(spare.token).post("/jobs", json=JOB).status_code == 401
+
+
+def test_a_revocation_on_another_replica_takes_effect_within_the_ttl(tmp_path: Path) -> None:
+    """Two replicas (contexts) on one database; this one caches tokens for 5 s."""
+    settings = ServerSettings(db_url=f"sqlite:///{tmp_path / 'corral.db'}", home=tmp_path)
+    here, there = build_context(settings), build_context(settings)
+    clock = FakeClock()
+    here.tokens = TokenCache(ttl=5.0, timer=clock)
+    row, secret = TokenService(there).create("bob", "user")
+    assert TokenService(here).verify(secret).id == row.id  # cached here
+    TokenService(there).revoke(row.id)
+    assert TokenService(here).verify(secret).id == row.id  # still trusted: within the TTL
+    clock.now += 5.0
+    with pytest.raises(AuthenticationError):
+        TokenService(here).verify(secret)
+    with pytest.raises(AuthenticationError):  # an unknown or revoked secret is not cached
+        TokenService(here).verify(secret)

@@ -22,6 +22,7 @@ from corral.server.leader import Leadership
 from corral.server.loop import ControlLoop
 from corral.server.routers import agent, cluster, events, jobs, monitoring
 from corral.server.services.auth import JOB_KEY, TokenService, server_secret
+from corral.server.services.auth_cache import TokenCache
 from corral.server.telemetry import TelemetryStore
 from corral.server.ui import dashboard_url, mount_dashboard
 
@@ -48,6 +49,7 @@ def build_context(settings: ServerSettings) -> Context:
             settings.telemetry_resolution,
         ),
         leadership=Leadership(sessions, settings.url, ttl=settings.lease_ttl),
+        tokens=TokenCache(settings.token_cache_ttl),
     )
     ctx.job_key = server_secret(ctx.sessions, JOB_KEY, ctx.clock())
     TokenService(ctx).bootstrap()
@@ -68,6 +70,7 @@ def create_app(ctx: Context, run_loop: bool = True) -> FastAPI:
         finally:
             if loop:
                 loop.stop()
+            ctx.audit.close()  # store the audit entries still queued
 
     app = FastAPI(
         title="Corral",
@@ -102,6 +105,7 @@ def serve(settings: ServerSettings) -> None:
         host=settings.host,
         port=settings.port,
         log_level="warning",
+        access_log=False,
         timeout_graceful_shutdown=5,
         ssl_certfile=settings.tls_cert,
         ssl_keyfile=settings.tls_key,

@@ -1,5 +1,9 @@
 """ASGI middleware: the audit log of state-changing calls, and the request size limit.
 
+Each audited call's entry is queued for the batched writer (``services/audit.py``) just
+before its response starts; reading the log waits for the queue, so a caller that has its
+answer finds its call in ``corral audit`` on this replica.
+
 Audited: every POST, PUT, PATCH and DELETE under ``/api/v1`` (whatever its outcome, also
 refused and unauthenticated ones), except the agents' high-rate ``/api/v1/agent/sync``
 protocol (registration is audited). Routes name the caller with :func:`note`; the
@@ -10,17 +14,12 @@ noted (the id of a submitted job).
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-import anyio
 from fastapi import Request
-from sqlalchemy.exc import DBAPIError
 
 from corral.server.context import Context
-from corral.server.db.models import AuditRow
-from corral.server.errors import transient
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -32,7 +31,6 @@ API = "/api/v1/"
 AUDITED_METHODS = ("POST", "PUT", "PATCH", "DELETE")
 NOT_AUDITED = ("/api/v1/agent/sync",)
 SCOPE_KEY = "corral.audit"
-log = logging.getLogger("corral.server")
 
 
 def note(request: Request, **fields: Any) -> None:
@@ -59,43 +57,39 @@ class AuditMiddleware:
             return
         entry: dict[str, Any] = {"status": 500}
         scope[SCOPE_KEY] = entry
+        queued = False
+
+        def queue_entry() -> None:
+            """Hand the entry to the batched writer (``services/audit.py``), once."""
+            nonlocal queued
+            if queued:
+                return
+            queued = True
+            params = scope.get("path_params") or {}
+            target = entry.get("target", next(iter(params.values()), None))
+            self.ctx.audit.put(
+                {
+                    "at": self.ctx.clock(),
+                    "user": entry.get("user"),
+                    "role": entry.get("role"),
+                    "token_id": entry.get("token_id"),
+                    "method": scope["method"],
+                    "path": path[:1024],
+                    "target": None if target is None else str(target)[:253],
+                    "status": entry["status"],
+                }
+            )
 
         async def sending(message: Message) -> None:
             if message["type"] == "http.response.start":
                 entry["status"] = message["status"]
+                queue_entry()  # before the caller can see the answer
             await send(message)
 
         try:
             await self.app(scope, receive, sending)
         finally:
-            params = scope.get("path_params") or {}
-            target = entry.get("target", next(iter(params.values()), None))
-            row = AuditRow(
-                at=self.ctx.clock(),
-                user=entry.get("user"),
-                role=entry.get("role"),
-                token_id=entry.get("token_id"),
-                method=scope["method"],
-                path=path[:1024],
-                target=None if target is None else str(target)[:253],
-                status=entry["status"],
-            )
-            await anyio.to_thread.run_sync(self._store, row)
-
-    def _store(self, row: AuditRow) -> None:
-        try:
-            with self.ctx.sessions.begin() as session:
-                session.add(row)
-        except DBAPIError as exc:
-            if not transient(exc):
-                raise
-            # the database is down: the call itself was refused (503) or already answered
-            log.warning(
-                "audit: %s %s by %s not recorded: database unavailable",
-                row.method,
-                row.path,
-                row.user or "anonymous",
-            )
+            queue_entry()
 
 
 class BodyLimitMiddleware:

@@ -14,6 +14,8 @@ from corral.scheduling.config import SchedulerConfig
 from corral.scheduling.framework import Profile
 from corral.server.leader import Leadership
 from corral.server.metrics import ServerMetrics
+from corral.server.services.audit import AuditWriter
+from corral.server.services.auth_cache import DEFAULT_TTL, TokenCache
 from corral.server.services.catalog import NodeCatalog
 from corral.server.services.ratelimit import SubmitLimiter
 from corral.server.telemetry import (
@@ -41,6 +43,7 @@ class ServerSettings:
     sse_keepalive: float = 15.0  # seconds between keep-alive comments on event streams
     lease_ttl: float = 4.0  # seconds the scheduler leader's lease lasts without renewal
     advertise: str | None = None  # the URL other parties reach this replica at
+    token_cache_ttl: float = DEFAULT_TTL  # seconds; a revocation elsewhere shows here within
 
     @property
     def url(self) -> str:
@@ -66,6 +69,11 @@ class Context:
     leadership: Leadership | None = None  # this replica's side of the leader election
     job_key: bytes = b""  # signs job tokens; loaded from the database at start
     submissions: SubmitLimiter = field(default_factory=SubmitLimiter)
+    tokens: TokenCache = field(default_factory=TokenCache)  # verified API tokens
+    audit: AuditWriter = field(init=False)  # the audit log's batched writer
+
+    def __post_init__(self) -> None:
+        self.audit = AuditWriter(self.sessions)
 
     def wake(self) -> None:
         """Ask the control loop for a scheduling cycle soon."""

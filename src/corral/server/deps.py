@@ -1,13 +1,16 @@
 """FastAPI dependencies: the context, services and the caller's credential.
 
 Every dependency that authenticates notes the caller for the audit log
-(``corral.server.audit``) in the request scope.
+(``corral.server.audit``) in the request scope. They are ``async``: a token this replica
+verified recently is answered from the token cache without leaving the event loop; only
+a lookup in the database runs in the thread pool.
 """
 
 from __future__ import annotations
 
 from typing import Annotated
 
+import anyio
 from fastapi import Depends, Path, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
@@ -20,7 +23,7 @@ from corral.server.services.auth import JOB_TOKEN_PREFIX, TokenService, parse_jo
 bearer = HTTPBearer(auto_error=False)
 
 
-def context(request: Request) -> Context:
+async def context(request: Request) -> Context:
     return request.app.state.ctx
 
 
@@ -28,7 +31,7 @@ def _secret(credentials: HTTPAuthorizationCredentials | None) -> str | None:
     return credentials.credentials if credentials else None
 
 
-def any_token(
+async def any_token(
     request: Request,
     ctx: Context = Depends(context),
     credentials: HTTPAuthorizationCredentials | None = Depends(bearer),
@@ -36,16 +39,23 @@ def any_token(
     secret = _secret(credentials)
     if secret and secret.startswith(JOB_TOKEN_PREFIX):
         raise PermissionDeniedError("a job token can only report its job's checkpoints")
-    row = TokenService(ctx).verify(secret)
+    service = TokenService(ctx)
+    row = service.cached(secret)
+    if row is None:
+        row = await anyio.to_thread.run_sync(service.verify, secret)
     note(request, user=row.user, role=row.role, token_id=row.id)
     return row
 
 
-def user(token: TokenRow = Depends(any_token)) -> TokenRow:
-    """Any user or admin token."""
+def _user(token: TokenRow) -> TokenRow:
     if token.role not in ("admin", "user"):
         raise PermissionDeniedError(f"a {token.role} token cannot use this endpoint")
     return token
+
+
+async def user(token: TokenRow = Depends(any_token)) -> TokenRow:
+    """Any user or admin token."""
+    return _user(token)
 
 
 def owner_of(token: TokenRow) -> str | None:
@@ -53,25 +63,25 @@ def owner_of(token: TokenRow) -> str | None:
     return None if token.role == "admin" else token.user
 
 
-def admin(token: TokenRow = Depends(any_token)) -> TokenRow:
+async def admin(token: TokenRow = Depends(any_token)) -> TokenRow:
     if token.role != "admin":
         raise PermissionDeniedError("this needs an admin token")
     return token
 
 
-def joiner(token: TokenRow = Depends(any_token)) -> TokenRow:
+async def joiner(token: TokenRow = Depends(any_token)) -> TokenRow:
     if token.role not in ("join", "admin"):
         raise PermissionDeniedError("registering a node needs the agent join token")
     return token
 
 
-def node_agent(token: TokenRow = Depends(any_token)) -> TokenRow:
+async def node_agent(token: TokenRow = Depends(any_token)) -> TokenRow:
     if token.role != "node":
         raise PermissionDeniedError("this endpoint is for node agents")
     return token
 
 
-def checkpoint_caller(
+async def checkpoint_caller(
     job_id: Annotated[int, Path(ge=1, le=2**63 - 1)],
     request: Request,
     ctx: Context = Depends(context),
@@ -90,5 +100,5 @@ def checkpoint_caller(
             raise PermissionDeniedError(f"this job token belongs to job {ids[0]}, not {job_id}")
         note(request, user=f"job:{job_id}", role="job", token_id=None)
         return ids[1], None
-    token = user(any_token(request, ctx, credentials))
+    token = _user(await any_token(request, ctx, credentials))
     return -1, token

@@ -7,7 +7,9 @@ import pytest
 from corral.cli.auth import parse_since
 from corral.errors import LimitExceededError, ValidationError
 from corral.scheduling.config import Limits
+from corral.server.db.models import TokenRow
 from corral.server.services.auth import job_token, parse_job_token
+from corral.server.services.auth_cache import TokenCache
 from corral.server.services.ratelimit import SubmitLimiter
 
 KEY = b"k" * 32
@@ -81,3 +83,29 @@ def test_since_refuses_nonsense() -> None:
     with pytest.raises(ValidationError, match="--since"):
         parse_since("last tuesday", now=0)
     assert parse_since("2026-01-01T00:00:00+00:00") == 1767225600.0
+
+
+def test_token_cache_expires_entries_and_clear_forgets_them() -> None:
+    clock = FakeClock()
+    cache = TokenCache(ttl=5.0, maxsize=2, timer=clock)
+    row = TokenRow(id=1, user="bob", role="user")
+    cache.put("h1", row, cache.generation())
+    assert cache.get("h1") is row
+    clock.now += 4.9
+    assert cache.get("h1") is row
+    clock.now += 0.2
+    assert cache.get("h1") is None  # expired: looked up again
+    for n in range(3):  # bounded
+        cache.put(f"k{n}", row, cache.generation())
+    assert sum(cache.get(f"k{n}") is not None for n in range(3)) == 2
+    cache.clear()
+    assert all(cache.get(f"k{n}") is None for n in range(3))
+
+
+def test_token_cache_ignores_a_lookup_that_raced_a_revocation() -> None:
+    cache = TokenCache(ttl=5.0, timer=FakeClock())
+    generation = cache.generation()  # a lookup starts...
+    cache.clear()  # ...a revocation on this replica ends...
+    cache.put("h", TokenRow(id=1, user="bob", role="user"), generation)  # ...it finishes
+    assert cache.get("h") is None
+    assert TokenCache(ttl=0).get("h") is None  # ttl 0: no cache

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import importlib.util
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -53,6 +54,7 @@ def make_engine(url: str) -> Engine:
             cursor.execute("PRAGMA busy_timeout=30000")
             cursor.close()
 
+        WriteGate().install(engine)
         return engine
     if url.startswith("postgresql+psycopg") and importlib.util.find_spec("psycopg") is None:
         raise ValidationError(
@@ -63,6 +65,65 @@ def make_engine(url: str) -> Engine:
     # 503 (``server/errors.py``) and SQLAlchemy discards the whole pool, so a restarted
     # PostgreSQL costs at most one failed call per process, not one per pooled connection.
     return create_engine(url, pool_size=10, max_overflow=20)
+
+
+class WriteGate:
+    """One SQLite write transaction at a time in this process, in arrival order.
+
+    SQLite admits one writer; the others retry in its busy handler, which sleeps in steps
+    of up to 100 ms, so under concurrent writes most of a submission's latency was sleep.
+    The gate is taken at a transaction's first write statement (pysqlite begins the
+    transaction there too) and given back at its commit or rollback, or when the connection
+    returns to the pool; waiters wake as soon as it is free. A thread already inside the
+    gate on another connection passes (SQLite arbitrates, as before), and a waiter gives
+    up after the busy timeout and goes on ungated. Other processes are not gated."""
+
+    TIMEOUT = 30.0
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._owner: int | None = None
+
+    @property
+    def held(self) -> bool:
+        return self._lock.locked()
+
+    def install(self, engine: Engine) -> None:
+        event.listen(engine, "before_cursor_execute", self._before_execute)
+        for name in ("commit", "rollback"):
+            event.listen(engine, name, self._leave_connection)
+        event.listen(engine.pool, "reset", self._on_reset)
+        event.listen(engine.pool, "invalidate", self._on_reset)
+        event.listen(engine.pool, "checkin", self._on_checkin)
+        event.listen(engine.pool, "close", self._on_checkin)
+
+    def _before_execute(self, conn, _cursor, statement, *_args) -> None:  # noqa: ANN001
+        if conn.info.get(_GATE) or statement.lstrip()[:6].upper() not in _WRITES:
+            return
+        me = threading.get_ident()
+        if self._owner == me or not self._lock.acquire(timeout=self.TIMEOUT):
+            return
+        self._owner = me
+        conn.info[_GATE] = True
+
+    def _leave_connection(self, conn) -> None:  # noqa: ANN001
+        self._leave(conn.info)
+
+    def _on_reset(self, dbapi_connection, connection_record, reset_state) -> None:  # noqa: ANN001, ARG002
+        self._on_checkin(dbapi_connection, connection_record)
+
+    def _on_checkin(self, dbapi_connection, connection_record) -> None:  # noqa: ANN001, ARG002
+        if connection_record is not None:
+            self._leave(connection_record.info)
+
+    def _leave(self, info: dict) -> None:
+        if info.pop(_GATE, False):
+            self._owner = None
+            self._lock.release()
+
+
+_GATE = "corral.write_gate"
+_WRITES = ("INSERT", "UPDATE", "DELETE", "REPLAC")
 
 
 def migrate(engine: Engine) -> None:

@@ -1,19 +1,149 @@
-"""Reading the audit log (written by ``corral.server.audit.AuditMiddleware``)."""
+"""The audit log: written in batches by a background thread, read by ``corral audit``.
+
+Entries come from ``corral.server.audit.AuditMiddleware``, which queues one per audited
+call before the call's response starts. :class:`AuditWriter` inserts what is queued in
+one transaction per batch. Reading (:func:`list_audit`) first waits until everything this
+replica queued so far is stored, so a caller always sees its own calls. Shutdown
+(:meth:`AuditWriter.close`, at the end of the server's lifespan) stores what is left. A
+crash of the server process (SIGKILL, power loss) loses what was queued and not yet
+stored: the calls of about the last batch (milliseconds of traffic). While the database is
+unavailable a batch that cannot be stored is dropped with one warning line in the log.
+"""
 
 from __future__ import annotations
 
-from sqlalchemy import select
+import logging
+import queue
+import threading
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import insert, select
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.orm import Session, sessionmaker
 
 from corral.schemas.api import AuditOut
-from corral.server.context import Context
 from corral.server.db.models import AuditRow
+from corral.server.errors import transient
+
+if TYPE_CHECKING:
+    from corral.server.context import Context
+
+log = logging.getLogger("corral.server")
+MAX_QUEUED = 10_000  # entries; a full queue makes callers wait (no entry is dropped)
+MAX_BATCH = 500  # entries per transaction
+
+
+class _Flush:
+    """A marker in the queue: set once everything queued before it is stored."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+
+
+class AuditWriter:
+    """Stores audit entries (``AuditRow`` column values) from a bounded queue in batches;
+    the thread starts with the first entry."""
+
+    def __init__(self, sessions: sessionmaker[Session]) -> None:
+        self.sessions = sessions
+        self._queue: queue.Queue[dict[str, Any] | _Flush | None] = queue.Queue(MAX_QUEUED)
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def put(self, entry: dict[str, Any]) -> None:
+        """Queue one entry; after :meth:`close`, store it at once."""
+        if self._closed:
+            self._store([entry])
+            return
+        self._ensure_thread()
+        self._queue.put(entry)
+
+    def flush(self, timeout: float = 30.0) -> None:
+        """Wait until every entry queued before this call is stored (or dropped)."""
+        if self._thread is None or self._closed:
+            return
+        marker = _Flush()
+        self._queue.put(marker)
+        marker.done.wait(timeout)
+
+    def close(self) -> None:
+        """Store what is queued and stop the thread (later entries are stored at once)."""
+        with self._lock:
+            self._closed = True
+            thread = self._thread
+        if thread is not None:
+            self._queue.put(None)
+            thread.join()
+        left = []  # queued while closing, after the thread's last batch
+        while not self._queue.empty():
+            item = self._queue.get_nowait()
+            if isinstance(item, dict):
+                left.append(item)
+            elif isinstance(item, _Flush):
+                item.done.set()
+        if left:
+            self._store(left)
+
+    def _ensure_thread(self) -> None:
+        if self._thread is not None:
+            return
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="audit", daemon=True)
+                self._thread.start()
+
+    def _run(self) -> None:
+        stop = False
+        while not stop:
+            items = [self._queue.get()]
+            while len(items) < MAX_BATCH:
+                try:
+                    items.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            entries = [i for i in items if isinstance(i, dict)]
+            if entries:
+                self._store(entries)
+            for item in items:
+                if isinstance(item, _Flush):
+                    item.done.set()
+                stop = stop or item is None
+
+    def _store(self, entries: list[dict[str, Any]]) -> None:
+        """Insert ``entries`` in one transaction; never raises."""
+        try:
+            with self.sessions.begin() as session:
+                session.execute(insert(AuditRow), entries)
+            return
+        except DBAPIError as exc:
+            if transient(exc):  # the calls themselves were refused (503) or answered
+                log.warning("audit: %d entries not recorded: database unavailable", len(entries))
+                return
+            if len(entries) == 1:
+                log.error(
+                    "audit: %s %s not recorded: %s",
+                    entries[0]["method"],
+                    entries[0]["path"],
+                    str(exc.orig or exc).splitlines()[0],
+                )
+                return
+        except Exception:
+            log.exception("audit: %d entries not recorded", len(entries))
+            return
+        for entry in entries:  # one entry the database refused: store the others
+            self._store([entry])
 
 
 def list_audit(
-    ctx: Context, user: str | None = None, since: float | None = None, limit: int = 100
+    ctx: Context,
+    user: str | None = None,
+    since: float | None = None,
+    limit: int = 100,
 ) -> list[AuditOut]:
     """The newest ``limit`` entries, oldest first; optionally only ``user``'s, at or after
-    ``since``."""
+    ``since``. Includes every call this replica answered before."""
+    ctx.audit.flush()
     query = select(AuditRow)
     if user is not None:
         query = query.where(AuditRow.user == user)

@@ -101,7 +101,10 @@ class TokenService:
                     .where(TokenRow.node == node, TokenRow.revoked_at.is_(None))
                     .values(revoked_at=self.ctx.clock())
                 )
-            return self._create(session, user, role, node)
+            created = self._create(session, user, role, node)
+        if node is not None:
+            self.ctx.tokens.clear()
+        return created
 
     def _create(
         self, session: Session, user: str, role: str, node: str | None = None
@@ -118,18 +121,27 @@ class TokenService:
         session.flush()
         return row, secret
 
+    def cached(self, secret: str | None) -> TokenRow | None:
+        """The live token for ``secret`` if this replica verified it recently (no I/O)."""
+        return self.ctx.tokens.get(hash_secret(secret)) if secret else None
+
     def verify(self, secret: str | None) -> TokenRow:
-        """The live token for ``secret``; ``AuthenticationError`` otherwise."""
+        """The live token for ``secret``; ``AuthenticationError`` otherwise. Served from
+        the token cache (``services/auth_cache.py``) when possible."""
         if not secret:
             raise AuthenticationError(
                 "no API token: pass --token, set CORRAL_TOKEN, or run on the host of `corral up`"
             )
+        digest = hash_secret(secret)
+        row = self.ctx.tokens.get(digest)
+        if row is not None:
+            return row
+        generation = self.ctx.tokens.generation()
         with self.ctx.sessions() as session:
-            row = session.scalar(
-                select(TokenRow).where(TokenRow.secret_hash == hash_secret(secret))
-            )
+            row = session.scalar(select(TokenRow).where(TokenRow.secret_hash == digest))
         if row is None or row.revoked_at is not None:
             raise AuthenticationError("invalid or revoked API token")
+        self.ctx.tokens.put(digest, row, generation)
         return row
 
     def list(self, user: str | None = None) -> list[TokenRow]:
@@ -148,4 +160,5 @@ class TokenService:
                 raise NotFoundError(f"no token with id {token_id}")
             if row.revoked_at is None:
                 row.revoked_at = self.ctx.clock()
-            return row
+        self.ctx.tokens.clear()
+        return row

@@ -36,6 +36,11 @@ from corral.server.services.notify import notify_jobs
 from corral.server.services.settle import FINAL_TASK_STATES
 from corral.server.services.transitions import lock_job, move_job, record, record_submission
 
+
+class _Replay(Exception):  # noqa: N818 -- control flow: leave the transaction, store nothing
+    """A submission whose Idempotency-Key names an earlier job."""
+
+
 ACTIVE_STATES = (JobState.PENDING.value, JobState.RUNNING.value, JobState.PREEMPTING.value)
 
 
@@ -58,20 +63,23 @@ class JobService:
         first one's job (``ConflictError`` if its manifest differs), even when both race.
         """
         digest = manifest_hash(manifest)
-        if idempotency_key is not None:
-            existing = self._replay(user, idempotency_key, digest)
-            if existing is not None:
-                return existing, False
-        spec = manifest.to_spec()
         config = self.ctx.config
-        queue = config.queue(spec.queue)
-        if not admin and not queue.allows(user):
-            raise PermissionDeniedError(f"queue: {user} may not submit to queue {queue.name!r}")
-        priority, preemptible = config.resolve_priority(spec.priority, spec.preemptible)
-        self.ctx.submissions.take(user, config.limits)
-        now = self.ctx.clock()
+        replayed: int | None = None
         try:
-            with self.ctx.sessions.begin() as session:
+            with self.ctx.sessions.begin() as session:  # one session: replay check, insert
+                if idempotency_key is not None:
+                    replayed = self._replayed(session, user, idempotency_key, digest)
+                    if replayed is not None:
+                        raise _Replay
+                spec = manifest.to_spec()
+                queue = config.queue(spec.queue)
+                if not admin and not queue.allows(user):
+                    raise PermissionDeniedError(
+                        f"queue: {user} may not submit to queue {queue.name!r}"
+                    )
+                priority, preemptible = config.resolve_priority(spec.priority, spec.preemptible)
+                self.ctx.submissions.take(user, config.limits)
+                now = self.ctx.clock()
                 self._check_pending(session, user, queue)
                 shapes = self.ctx.catalog.shapes(session, now)
                 if spec.tpu is not None:  # a TPU slice: as many nodes as the box has hosts
@@ -113,42 +121,47 @@ class JobService:
                     session.flush()
                 record_submission(session, row, now)
                 out = job_out(row)
+        except _Replay:
+            assert replayed is not None
+            return self.get(replayed), False
         except IntegrityError:
             if idempotency_key is None:
                 raise
-            existing = self._replay(user, idempotency_key, digest)
-            if existing is None:
+            with self.ctx.sessions() as session:  # a racing submission with the key won
+                replayed = self._replayed(session, user, idempotency_key, digest)
+            if replayed is None:
                 raise
-            return existing, False
+            return self.get(replayed), False
         self.ctx.wake()
         return out, True
 
-    def _replay(self, user: str, key: str, digest: str) -> JobOut | None:
-        """The job an earlier submission with this key created, if any."""
-        with self.ctx.sessions() as session:
-            row = session.get(IdempotencyKeyRow, (user, key))
-            if row is None:
-                return None
-            if row.manifest_hash != digest:
-                raise ConflictError(
-                    f"Idempotency-Key {key!r} was used for job {row.job_id} with a different "
-                    "manifest; use a new key for a new job"
-                )
-            job_id = row.job_id
-        return self.get(job_id)
+    def _replayed(self, session: Session, user: str, key: str, digest: str) -> int | None:
+        """The id of the job an earlier submission with this key created, if any."""
+        row = session.get(IdempotencyKeyRow, (user, key))
+        if row is None:
+            return None
+        if row.manifest_hash != digest:
+            raise ConflictError(
+                f"Idempotency-Key {key!r} was used for job {row.job_id} with a different "
+                "manifest; use a new key for a new job"
+            )
+        return row.job_id
 
     def _check_pending(self, session: Session, user: str, queue: QueueConfig) -> None:
         """Refuse a submission past a pending-jobs limit (``limits`` and the queue's)."""
         limits = self.ctx.config.limits
+        per_queue = (
+            queue.max_pending if queue.max_pending is not None else limits.max_pending_per_queue
+        )
+        if (limits.max_pending_per_user, per_queue, queue.max_pending_per_user) == (None,) * 3:
+            return  # the default: no limit, no query to build
         pending = (
             select(func.count()).select_from(JobRow).where(JobRow.state == JobState.PENDING.value)
         )
         checks = (
             (limits.max_pending_per_user, JobRow.user == user, f"{user} has"),
             (
-                queue.max_pending
-                if queue.max_pending is not None
-                else limits.max_pending_per_queue,
+                per_queue,
                 JobRow.queue == queue.name,
                 f"queue {queue.name!r} has",
             ),
