@@ -33,6 +33,16 @@ NOT_AUDITED = ("/api/v1/agent/sync",)
 SCOPE_KEY = "corral.audit"
 
 
+def api_write(scope: Scope) -> bool:
+    """Whether ``scope`` is an HTTP call that may change state (POST, PUT, PATCH, DELETE)
+    under ``/api/v1``."""
+    return (
+        scope["type"] == "http"
+        and scope["method"] in AUDITED_METHODS
+        and scope.get("path", "").startswith(API)
+    )
+
+
 def note(request: Request, **fields: Any) -> None:
     """Record facts about this call (user, role, token_id, target) for its audit entry."""
     entry = request.scope.get(SCOPE_KEY)
@@ -47,12 +57,7 @@ class AuditMiddleware:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
-        if (
-            scope["type"] != "http"
-            or scope["method"] not in AUDITED_METHODS
-            or not path.startswith(API)
-            or path in NOT_AUDITED
-        ):
+        if not api_write(scope) or path in NOT_AUDITED:
             await self.app(scope, receive, send)
             return
         entry: dict[str, Any] = {"status": 500}
@@ -101,13 +106,7 @@ class BodyLimitMiddleware:
         self.ctx = ctx
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path = scope.get("path", "")
-        if (
-            scope["type"] != "http"
-            or scope["method"] not in AUDITED_METHODS
-            or not path.startswith(API)
-            or path.startswith(API + "agent/")
-        ):
+        if not api_write(scope) or scope["path"].startswith(API + "agent/"):
             await self.app(scope, receive, send)
             return
         limit = self.ctx.config.limits.max_request_bytes
