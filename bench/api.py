@@ -8,6 +8,12 @@ second (wall clock, all clients), the p50/p99 latency of one submission, and the
 process's CPU time per submission (API, database client and the scheduling cycles the
 burst caused; PostgreSQL's own CPU is not in it), which a shared machine disturbs least.
 
+Offered rate (open loop): submissions are due at a fixed rate (``--rate``, 500/s) whatever
+the answers, sent by a pool of client threads; latency counts from when a submission was
+due, so a server falling behind shows as latency rather than as a lower rate (no
+coordinated omission). This is the target's question: does the API take 500 submissions
+per second with a p99 under 50 ms.
+
 Submit-to-running: on the same kind of cluster, submit a 1-GPU job, poll it every 5 ms
 until its task reports running (the agent started the process), cancel it, wait until the
 devices are free; repeated.
@@ -16,7 +22,7 @@ PostgreSQL runs on a throwaway server started from the binaries on the machine
 (``tests/postgres.py``).
 
     python bench/api.py                       # 2,000 jobs per run, 1/8/32 clients, both backends
-    python bench/api.py --jobs 500 --clients 1 8 --backends sqlite
+    python bench/api.py --jobs 500 --clients 1 8 --backends sqlite --rate 0   # no open loop
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -99,6 +105,54 @@ def submit_load(local: LocalCluster, clients: int, jobs: int) -> tuple[float, li
     return elapsed, [x for xs in latencies for x in xs]
 
 
+def offered_load(
+    local: LocalCluster, rate: float, jobs: int, senders: int
+) -> tuple[float, list[float]]:
+    """``jobs`` submissions due every ``1 / rate`` seconds, sent by ``senders`` threads;
+    (seconds from the first due time to the last answer, latencies from due to answer)."""
+    token = (local.home / "token").read_text().strip()
+    latencies: list[float] = []
+    errors: list[str] = []
+    lock = threading.Lock()
+    next_index = iter(range(jobs))
+    ready = threading.Barrier(senders + 1)
+    began = 0.0
+
+    def work() -> None:
+        with httpx.Client(
+            base_url=f"{local.url}/api/v1",
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=60,
+        ) as http:
+            http.get("/health")  # connect before the clock starts
+            ready.wait()
+            while True:
+                with lock:
+                    index = next(next_index, None)
+                if index is None:
+                    return
+                due = began + index / rate
+                time.sleep(max(0.0, due - time.perf_counter()))
+                answer = http.post("/jobs", json=JOB)
+                done = time.perf_counter()
+                with lock:
+                    latencies.append(done - due)
+                if answer.status_code != 201:
+                    errors.append(f"{answer.status_code} {answer.text[:200]}")
+
+    threads = [threading.Thread(target=work) for _ in range(senders)]
+    for thread in threads:
+        thread.start()
+    began = time.perf_counter() + 0.05
+    ready.wait()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - began
+    if errors:
+        raise SystemExit(f"{len(errors)} submissions failed, e.g. {errors[0]}")
+    return elapsed, latencies
+
+
 def submit_to_running(local: LocalCluster, runs: int) -> list[float]:
     """Seconds from ``POST /jobs`` to the task reporting running, ``runs`` times."""
     token = (local.home / "token").read_text().strip()
@@ -134,6 +188,10 @@ def main() -> None:
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--backends", nargs="+", default=["sqlite", "postgresql"])
     parser.add_argument("--runs", type=int, default=20, help="submit-to-running samples")
+    parser.add_argument(
+        "--rate", type=float, default=500, help="offered submissions/s of the open loop (0: none)"
+    )
+    parser.add_argument("--senders", type=int, default=8, help="client threads of the open loop")
     args = parser.parse_args()
     console = Console(width=120)  # whole tables, also when piped to a file
     postgres = PostgresServer(free_port()) if "postgresql" in args.backends else None
@@ -148,25 +206,35 @@ def main() -> None:
         if postgres is not None:
             postgres.start()
         for backend in args.backends:
-            for clients in args.clients:
+            loads: list[tuple[str, Callable[[LocalCluster], tuple[float, list[float]]]]] = [
+                (str(c), lambda local, c=c: submit_load(local, c, args.jobs)) for c in args.clients
+            ]
+            if args.rate:
+                loads.append(
+                    (
+                        f"{args.senders} @ {args.rate:g}/s",
+                        lambda local: offered_load(local, args.rate, args.jobs, args.senders),
+                    )
+                )
+            for label, load in loads:
                 db = postgres.new_database() if backend == "postgresql" and postgres else None
                 with cluster(db) as local:
                     assert local.server is not None
                     cpu = cpu_seconds(local.server.pid)
-                    elapsed, lat = submit_load(local, clients, args.jobs)
+                    elapsed, lat = load(local)
                     cpu = cpu_seconds(local.server.pid) - cpu
-                    load = os.getloadavg()[0]
+                    load_avg = os.getloadavg()[0]
                 submit.add_row(
                     backend,
-                    str(clients),
+                    label,
                     f"{len(lat) / elapsed:.0f}",
                     f"{quantile(lat, 50):.1f}",
                     f"{quantile(lat, 99):.1f}",
                     f"{max(lat) * 1000:.1f}",
                     f"{cpu / len(lat) * 1000:.2f}",
-                    f"{load:.2f}",
+                    f"{load_avg:.2f}",
                 )
-                console.print(f"{backend}, {clients} client(s): done")
+                console.print(f"{backend}, {label} client(s): done")
             db = postgres.new_database() if backend == "postgresql" and postgres else None
             with cluster(db) as local:
                 samples = submit_to_running(local, args.runs)

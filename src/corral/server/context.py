@@ -17,6 +17,8 @@ from corral.server.metrics import ServerMetrics
 from corral.server.services.audit import AuditWriter
 from corral.server.services.auth_cache import DEFAULT_TTL, TokenCache
 from corral.server.services.catalog import NodeCatalog
+from corral.server.services.converters import PendingJobs
+from corral.server.services.intake import Intake
 from corral.server.services.ratelimit import SubmitLimiter
 from corral.server.telemetry import (
     DEFAULT_MAX_AGE,
@@ -71,9 +73,12 @@ class Context:
     submissions: SubmitLimiter = field(default_factory=SubmitLimiter)
     tokens: TokenCache = field(default_factory=TokenCache)  # verified API tokens
     audit: AuditWriter = field(init=False)  # the audit log's batched writer
+    intake: Intake = field(init=False)  # the batched writer of submissions
+    pending_jobs: PendingJobs = field(default_factory=PendingJobs)  # the last cycle's
 
     def __post_init__(self) -> None:
         self.audit = AuditWriter(self.sessions)
+        self.intake = Intake(self)
 
     def wake(self) -> None:
         """Ask the control loop for a scheduling cycle soon."""

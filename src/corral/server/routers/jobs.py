@@ -38,7 +38,7 @@ def _own(ctx: Context, job_id: JobId, token: TokenRow) -> JobService:
 
 
 @router.post("", status_code=201, response_model=JobOut)
-def submit(
+async def submit(
     manifest: JobManifest,
     request: Request,
     response: Response,
@@ -48,9 +48,10 @@ def submit(
 ) -> JobOut:
     """Submit a job (the manifest of SPEC section 2). Refused if it can never fit, if the
     queue does not admit the caller, or past a limit. A replayed ``Idempotency-Key``
-    answers 200 with the job the first submission created."""
-    job, created = JobService(ctx).submit(
-        manifest, token.user, admin=token.role == "admin", idempotency_key=idempotency_key
+    answers 200 with the job the first submission created. Stored by the batched writer
+    (``services.intake``): the event loop only waits."""
+    job, created = await ctx.intake.submit_async(
+        manifest, token.user, admin=token.role == "admin", key=idempotency_key
     )
     note(request, target=job.id)
     if not created:

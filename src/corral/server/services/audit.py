@@ -2,12 +2,14 @@
 
 Entries come from ``corral.server.audit.AuditMiddleware``, which queues one per audited
 call before the call's response starts. :class:`AuditWriter` inserts what is queued in
-one transaction per batch. Reading (:func:`list_audit`) first waits until everything this
-replica queued so far is stored, so a caller always sees its own calls. Shutdown
-(:meth:`AuditWriter.close`, at the end of the server's lifespan) stores what is left. A
-crash of the server process (SIGKILL, power loss) loses what was queued and not yet
-stored: the calls of about the last batch (milliseconds of traffic). While the database is
-unavailable a batch that cannot be stored is dropped with one warning line in the log.
+one transaction per batch; a batch gathers entries for up to ``LINGER`` after its first,
+so a burst of calls costs a few transactions, not one each. Reading (:func:`list_audit`)
+first waits until everything this replica queued so far is stored (ending the gathering
+at once), so a caller always sees its own calls. Shutdown (:meth:`AuditWriter.close`, at
+the end of the server's lifespan) stores what is left. A crash of the server process
+(SIGKILL, power loss) loses what was queued and not yet stored: the calls of the last
+``LINGER`` or so. While the database is unavailable a batch that cannot be stored is
+dropped with one warning line in the log.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import insert, select
@@ -31,6 +34,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("corral.server")
 MAX_QUEUED = 10_000  # entries; a full queue makes callers wait (no entry is dropped)
 MAX_BATCH = 500  # entries per transaction
+LINGER = 0.02  # seconds a batch waits for more entries after its first (unless flushed)
 
 
 class _Flush:
@@ -97,9 +101,10 @@ class AuditWriter:
         stop = False
         while not stop:
             items = [self._queue.get()]
-            while len(items) < MAX_BATCH:
-                try:
-                    items.append(self._queue.get_nowait())
+            deadline = time.monotonic() + LINGER
+            while len(items) < MAX_BATCH and isinstance(items[-1], dict):
+                try:  # one transaction per burst rather than per call
+                    items.append(self._queue.get(timeout=max(0.0, deadline - time.monotonic())))
                 except queue.Empty:
                     break
             entries = [i for i in items if isinstance(i, dict)]

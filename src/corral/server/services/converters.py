@@ -71,6 +71,40 @@ def job_of(row: JobRow | Row) -> Job:
     )
 
 
+JOB_COLUMNS = (  # the id, then every other column ``job_of`` reads, save the manifest
+    JobRow.id,
+    JobRow.user,
+    JobRow.state,
+    JobRow.priority,
+    JobRow.preemptible,
+    JobRow.submitted_at,
+    JobRow.attempt,
+)
+
+
+class PendingJobs:
+    """The core jobs of the last cycle's pending rows, reused while a row's scheduling
+    columns are unchanged: a cycle re-reads every pending job, and most are as they were.
+    Used by the control loop's thread; each cycle keeps only what it read."""
+
+    def __init__(self) -> None:
+        self._jobs: dict[int, tuple[tuple[Any, ...], Job]] = {}
+
+    def jobs(self, session: Session, rows: Sequence[Row]) -> list[Job]:
+        """``job_of`` of each of ``rows``: plain rows that start with ``JOB_COLUMNS``."""
+        known, end = self._jobs, len(JOB_COLUMNS)
+        keyed = [(row, row[1:end]) for row in rows]  # slices of plain rows: no attribute access
+        fresh = [row for row, key in keyed if known.get(row[0], _NONE)[0] != key]
+        load_specs(session, fresh)
+        for row in fresh:
+            known[row.id] = (row[1:end], job_of(row))
+        self._jobs = kept = {row[0]: known[row[0]] for row in rows}
+        return [kept[row[0]][1] for row in rows]
+
+
+_NONE: tuple[tuple[Any, ...], None] = ((), None)
+
+
 def node_of(row: NodeRow) -> Node:
     return Node(
         name=row.name,

@@ -2,44 +2,20 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
-
 from sqlalchemy import func, select
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from corral.core.job import JobState
 from corral.core.lifecycle import Transition
-from corral.errors import (
-    ConflictError,
-    LimitExceededError,
-    NotFoundError,
-    PermissionDeniedError,
-    UnschedulableError,
-)
-from corral.scheduling.config import QueueConfig
-from corral.scheduling.feasibility import never_fits, with_tpu_hosts
+from corral.errors import ConflictError, NotFoundError
 from corral.schemas.api import JobOut, LogOut
 from corral.schemas.manifest import JobManifest
 from corral.server.context import Context
-from corral.server.db.models import (
-    EventRow,
-    IdempotencyKeyRow,
-    JobRow,
-    LogChunkRow,
-    NodeRow,
-    TaskRow,
-)
+from corral.server.db.models import EventRow, JobRow, LogChunkRow, NodeRow, TaskRow
 from corral.server.services.converters import job_out, spec_of
 from corral.server.services.notify import notify_jobs
 from corral.server.services.settle import FINAL_TASK_STATES
-from corral.server.services.transitions import lock_job, move_job, record, record_submission
-
-
-class _Replay(Exception):  # noqa: N818 -- control flow: leave the transaction, store nothing
-    """A submission whose Idempotency-Key names an earlier job."""
-
+from corral.server.services.transitions import lock_job, move_job, record
 
 ACTIVE_STATES = (JobState.PENDING.value, JobState.RUNNING.value, JobState.PREEMPTING.value)
 
@@ -61,125 +37,10 @@ class JobService:
         A job that can never fit is refused with ``UnschedulableError`` and nothing is stored.
         With ``idempotency_key``, a second submission by ``user`` with the same key returns the
         first one's job (``ConflictError`` if its manifest differs), even when both race.
+        Stored by this replica's batched writer (``services.intake``), with the submissions
+        of other callers in flight.
         """
-        digest = manifest_hash(manifest)
-        config = self.ctx.config
-        replayed: int | None = None
-        try:
-            with self.ctx.sessions.begin() as session:  # one session: replay check, insert
-                if idempotency_key is not None:
-                    replayed = self._replayed(session, user, idempotency_key, digest)
-                    if replayed is not None:
-                        raise _Replay
-                spec = manifest.to_spec()
-                queue = config.queue(spec.queue)
-                if not admin and not queue.allows(user):
-                    raise PermissionDeniedError(
-                        f"queue: {user} may not submit to queue {queue.name!r}"
-                    )
-                priority, preemptible = config.resolve_priority(spec.priority, spec.preemptible)
-                self.ctx.submissions.take(user, config.limits)
-                now = self.ctx.clock()
-                self._check_pending(session, user, queue)
-                shapes = self.ctx.catalog.shapes(session, now)
-                if spec.tpu is not None:  # a TPU slice: as many nodes as the box has hosts
-                    spec = with_tpu_hosts(spec, shapes)
-                    manifest = manifest.model_copy(update={"nodes": spec.nodes or None})
-                reason = never_fits(spec, shapes, config)
-                if reason:  # the cached inventory may predate a node another replica added
-                    self.ctx.catalog.invalidate()
-                    reason = never_fits(spec, self.ctx.catalog.shapes(session, now), config)
-                if reason:
-                    raise UnschedulableError(reason)
-                row = JobRow(
-                    name=spec.name,
-                    user=user,
-                    queue=spec.queue,
-                    state=JobState.PENDING.value,
-                    priority=priority,
-                    priority_class=config.priority_class_name(spec.priority),
-                    preemptible=preemptible,
-                    manifest=manifest.model_dump(mode="json", exclude_none=True),
-                    attempt=0,
-                    submitted_at=now,
-                    time_limit=spec.time_limit,
-                    reason="waiting for the next scheduling cycle",
-                    updated_at=now,
-                )
-                session.add(row)
-                session.flush()
-                if idempotency_key is not None:
-                    session.add(
-                        IdempotencyKeyRow(
-                            user=user,
-                            key=idempotency_key,
-                            job_id=row.id,
-                            manifest_hash=digest,
-                            created_at=now,
-                        )
-                    )
-                    session.flush()
-                record_submission(session, row, now)
-                out = job_out(row)
-        except _Replay:
-            assert replayed is not None
-            return self.get(replayed), False
-        except IntegrityError:
-            if idempotency_key is None:
-                raise
-            with self.ctx.sessions() as session:  # a racing submission with the key won
-                replayed = self._replayed(session, user, idempotency_key, digest)
-            if replayed is None:
-                raise
-            return self.get(replayed), False
-        self.ctx.wake()
-        return out, True
-
-    def _replayed(self, session: Session, user: str, key: str, digest: str) -> int | None:
-        """The id of the job an earlier submission with this key created, if any."""
-        row = session.get(IdempotencyKeyRow, (user, key))
-        if row is None:
-            return None
-        if row.manifest_hash != digest:
-            raise ConflictError(
-                f"Idempotency-Key {key!r} was used for job {row.job_id} with a different "
-                "manifest; use a new key for a new job"
-            )
-        return row.job_id
-
-    def _check_pending(self, session: Session, user: str, queue: QueueConfig) -> None:
-        """Refuse a submission past a pending-jobs limit (``limits`` and the queue's)."""
-        limits = self.ctx.config.limits
-        per_queue = (
-            queue.max_pending if queue.max_pending is not None else limits.max_pending_per_queue
-        )
-        if (limits.max_pending_per_user, per_queue, queue.max_pending_per_user) == (None,) * 3:
-            return  # the default: no limit, no query to build
-        pending = (
-            select(func.count()).select_from(JobRow).where(JobRow.state == JobState.PENDING.value)
-        )
-        checks = (
-            (limits.max_pending_per_user, JobRow.user == user, f"{user} has"),
-            (
-                per_queue,
-                JobRow.queue == queue.name,
-                f"queue {queue.name!r} has",
-            ),
-            (
-                queue.max_pending_per_user,
-                (JobRow.queue == queue.name) & (JobRow.user == user),
-                f"{user} has in queue {queue.name!r}",
-            ),
-        )
-        for limit, where, who in checks:
-            if limit is None:
-                continue
-            count = session.scalar(pending.where(where)) or 0
-            if count >= limit:
-                raise LimitExceededError(
-                    f"too many pending jobs: {who} {count} (limit {limit}); "
-                    "wait for some to start or cancel some"
-                )
+        return self.ctx.intake.submit(manifest, user, admin, idempotency_key)
 
     def owner_check(self, job_id: int, user: str | None) -> None:
         """``NotFoundError`` unless the job exists and (when ``user`` is given) is theirs:
@@ -349,13 +210,5 @@ class JobService:
         return result
 
 
-def manifest_hash(manifest: JobManifest) -> str:
-    """A stable digest of what was submitted (to tell a retry from a different job)."""
-    data = manifest.model_dump(mode="json", exclude_none=True)
-    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
-
-
 def _length(model: type[LogChunkRow]):  # noqa: ANN202
-    from sqlalchemy import func
-
     return func.length(model.data)

@@ -26,7 +26,7 @@ from corral.scheduling.fairshare import Usage, UsageLedger
 from corral.server.context import Context
 from corral.server.db.models import JobRow, NodeRow, QueueUsageRow, TaskRow
 from corral.server.leader import Term
-from corral.server.services.converters import allocations_of, job_of, load_specs, node_of
+from corral.server.services.converters import JOB_COLUMNS, allocations_of, node_of
 from corral.server.services.notify import notify_jobs
 from corral.server.services.transitions import lock_job, move_job, record
 
@@ -66,14 +66,8 @@ def load_cluster(session: Session) -> LoadedCluster:
     return LoadedCluster(node_rows, held, held_jobs, state)
 
 
-PENDING_COLUMNS = (
-    JobRow.id,
-    JobRow.user,
-    JobRow.state,
-    JobRow.priority,
-    JobRow.preemptible,
-    JobRow.submitted_at,
-    JobRow.attempt,
+PENDING_COLUMNS = (  # what ``job_of`` reads, then what a cycle updates
+    *JOB_COLUMNS,
     JobRow.reason,
     JobRow.position,
     JobRow.estimated_start,
@@ -120,8 +114,7 @@ def plan_cycle(ctx: Context, session: Session) -> CyclePlan:
     pending_rows = list(
         session.execute(select(*PENDING_COLUMNS).where(JobRow.state == JobState.PENDING.value))
     )
-    load_specs(session, pending_rows)
-    pending = [job_of(r) for r in pending_rows]
+    pending = ctx.pending_jobs.jobs(session, pending_rows)
     _, stored = stored_usage(session, ctx.config.policy.fair_share_half_life, now)
     usage = stored.advance(now, cluster.state.allocations)
     state = replace(cluster.state, usage=usage)
@@ -134,7 +127,7 @@ def apply_cycle(ctx: Context, session: Session, plan: CyclePlan) -> tuple[int, l
     of the jobs preempted."""
     store_usage(session, ctx.config, plan.usage, plan.now)
     ports = _ports_in_use(session, plan.cluster.held)
-    by_id = {r.id: r for r in plan.pending}
+    by_id = {r[0]: r for r in plan.pending}  # plain rows: indexing, not attributes
     placed = _apply(session, plan.decisions, by_id, plan.cluster.node_rows, ports, plan.now)
     preempted = _preempt(session, plan.decisions, plan.cluster.held_jobs, plan.now)
     return placed, preempted
@@ -185,7 +178,7 @@ def _apply(
     for job_id, pend in decisions.pending.items():
         job = pending[job_id]
         now_known = (pend.reason, pend.position, pend.estimated_start)
-        if (job.reason, job.position, job.estimated_start) != now_known:
+        if job[-3:] != now_known:  # the last PENDING_COLUMNS
             changed.append(
                 dict(
                     zip(

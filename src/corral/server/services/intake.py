@@ -1,0 +1,384 @@
+"""Job submissions, stored in batches (group commit).
+
+Every submission of this replica goes through one writer thread. It takes what is queued
+(up to ``MAX_BATCH``), checks each submission as ``JobService.submit`` documents (replayed
+``Idempotency-Key``, the queue's users, priority, limits, feasibility), and stores the
+admitted ones with their submission events and keys in one transaction: one commit, and
+one multi-row insert per table, however many clients submit at once. Nothing waits to
+fill a batch: a lone submission is stored at once, and submissions that arrive meanwhile
+form the next batch.
+
+Each submission has its own outcome: one refused (403, 409, 422, 429) does not affect the
+others of its batch. A batch that the database refuses as a whole (unavailable: 503) fails
+every submission in it, and none was stored. Two submissions with one key in one batch
+store one job; a key that another replica stored meanwhile (a unique-key violation)
+rolls the batch back, and its submissions are then stored one by one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import queue
+import threading
+from collections.abc import Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import func, insert, select, tuple_
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from corral.core.job import JobState
+from corral.errors import (
+    ConflictError,
+    CorralError,
+    LimitExceededError,
+    PermissionDeniedError,
+    UnschedulableError,
+)
+from corral.scheduling.feasibility import never_fits, with_tpu_hosts
+from corral.schemas.api import JobOut
+from corral.schemas.manifest import JobManifest
+from corral.server.db.models import EventRow, IdempotencyKeyRow, JobRow
+from corral.server.services.converters import job_out
+
+if TYPE_CHECKING:
+    from corral.server.context import Context
+
+log = logging.getLogger("corral.server")
+MAX_BATCH = 256  # submissions per transaction
+FIRST_REASON = "waiting for the next scheduling cycle"
+
+
+@dataclass
+class Submission:
+    """One submission waiting for the writer; ``future`` gets ``(job, created)``."""
+
+    manifest: JobManifest
+    user: str
+    admin: bool
+    key: str | None
+    digest: str = field(init=False)
+    future: Future[tuple[JobOut, bool]] = field(default_factory=Future)
+
+    def __post_init__(self) -> None:
+        self.digest = manifest_hash(self.manifest)
+
+
+class Intake:
+    """The batched submission writer of one replica; the thread starts with the first
+    submission and stops at :meth:`close` (later submissions are stored by the caller)."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self._queue: queue.SimpleQueue[Submission | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def put(self, submission: Submission) -> Future[tuple[JobOut, bool]]:
+        """Queue ``submission``; its future completes once it is stored or refused."""
+        with self._lock:
+            closed = self._closed
+            if not closed and self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="intake", daemon=True)
+                self._thread.start()
+            if not closed:
+                self._queue.put(submission)
+        if closed:
+            self.store([submission])
+        return submission.future
+
+    def submit(
+        self, manifest: JobManifest, user: str, admin: bool = False, key: str | None = None
+    ) -> tuple[JobOut, bool]:
+        """Store one submission and wait for it (see ``JobService.submit``)."""
+        return self.put(Submission(manifest, user, admin, key)).result()
+
+    async def submit_async(
+        self, manifest: JobManifest, user: str, admin: bool = False, key: str | None = None
+    ) -> tuple[JobOut, bool]:
+        """:meth:`submit` for the event loop: waits without holding a thread."""
+        return await asyncio.wrap_future(self.put(Submission(manifest, user, admin, key)))
+
+    def close(self) -> None:
+        """Store what is queued and stop the thread."""
+        with self._lock:
+            self._closed = True
+            thread = self._thread
+        if thread is not None:
+            self._queue.put(None)
+            thread.join()
+
+    def _run(self) -> None:
+        while True:
+            items = [self._queue.get()]
+            while len(items) < MAX_BATCH:
+                try:
+                    items.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            batch = [i for i in items if i is not None]
+            if batch:
+                self.store(batch)
+            if None in items:
+                return
+
+    def store(self, batch: Sequence[Submission]) -> None:
+        """Check and store ``batch`` in one transaction and complete every future in it;
+        never raises. The writer thread's step; callable directly with a batch. A
+        submission whose caller gave up (its future cancelled) is left out."""
+        self._store([s for s in batch if s.future.set_running_or_notify_cancel()])
+
+    def _store(self, batch: Sequence[Submission]) -> None:
+        if not batch:
+            return
+        try:
+            outcomes = self._write(batch)
+        except IntegrityError as exc:  # a key another replica stored meanwhile
+            if len(batch) > 1:
+                for submission in batch:
+                    self._store([submission])
+                return
+            outcomes = [self._lost_race(batch[0], exc)]
+        except Exception as exc:  # the database refused the batch: nothing was stored
+            outcomes = [exc] * len(batch)
+        if any(isinstance(o, tuple) and o[1] for o in outcomes):
+            self.ctx.wake()
+        for submission, outcome in zip(batch, outcomes, strict=True):
+            if isinstance(outcome, int):  # a replay: the job the key's first use created
+                outcome = self._replay(outcome)
+            if isinstance(outcome, BaseException):
+                submission.future.set_exception(outcome)
+            else:
+                submission.future.set_result(outcome)
+
+    def _write(self, batch: Sequence[Submission]) -> list[Any]:
+        """One transaction: check each submission, insert the admitted ones. Per
+        submission: ``(JobOut, True)`` if stored, the id of a replayed job, or the error."""
+        ctx, now = self.ctx, self.ctx.clock()
+        outcomes: list[Any] = [None] * len(batch)
+        with ctx.sessions.begin() as session:
+            earlier = _stored_keys(session, [s for s in batch if s.key is not None])
+            claimed: dict[tuple[str, str], int] = {}  # key -> index of its first use here
+            repeats: dict[int, int] = {}  # index -> index of the first use of its key
+            pending = _PendingCounts(session)
+            admitted: list[tuple[int, dict[str, Any]]] = []
+            for index, sub in enumerate(batch):
+                ident = (sub.user, sub.key) if sub.key is not None else None
+                try:
+                    if ident in earlier:
+                        job_id, digest = earlier[ident]
+                        outcomes[index] = _replayed(sub, job_id, digest, f"job {job_id}")
+                        continue
+                    if ident in claimed:  # the same key twice in this batch
+                        first = claimed[ident]
+                        repeats[index] = _replayed(sub, first, batch[first].digest, "another job")
+                        continue
+                    admitted.append((index, self._admit(session, sub, pending, now)))
+                    if ident is not None:
+                        claimed[ident] = index
+                except CorralError as exc:
+                    outcomes[index] = exc
+            if not admitted:
+                return outcomes
+            ids = session.scalars(
+                insert(JobRow).returning(JobRow.id, sort_by_parameter_order=True),
+                [values for _, values in admitted],
+            ).all()
+            session.execute(insert(EventRow), [_submitted_event(i, now) for i in ids])
+            keys = [
+                _key_row(batch[index], job_id, now)
+                for (index, _), job_id in zip(admitted, ids, strict=True)
+                if batch[index].key is not None
+            ]
+            if keys:
+                session.execute(insert(IdempotencyKeyRow), keys)
+        for (index, values), job_id in zip(admitted, ids, strict=True):
+            outcomes[index] = (job_out(JobRow(id=job_id, **values)), True)
+        for index, first in repeats.items():  # a key used twice: the first one's job
+            outcomes[index] = outcomes[first][0].id
+        return outcomes
+
+    def _admit(
+        self, session: Session, sub: Submission, pending: _PendingCounts, now: float
+    ) -> dict[str, Any]:
+        """The job row's values if ``sub`` may be stored; else the refusal (raised)."""
+        config, manifest = self.ctx.config, sub.manifest
+        spec = manifest.to_spec()
+        queue_config = config.queue(spec.queue)
+        if not sub.admin and not queue_config.allows(sub.user):
+            raise PermissionDeniedError(
+                f"queue: {sub.user} may not submit to queue {queue_config.name!r}"
+            )
+        priority, preemptible = config.resolve_priority(spec.priority, spec.preemptible)
+        self.ctx.submissions.take(sub.user, config.limits)
+        pending.check(config, sub.user, queue_config)
+        shapes = self.ctx.catalog.shapes(session, now)
+        if spec.tpu is not None:  # a TPU slice: as many nodes as the box has hosts
+            spec = with_tpu_hosts(spec, shapes)
+            manifest = manifest.model_copy(update={"nodes": spec.nodes or None})
+        reason = never_fits(spec, shapes, config)
+        if reason:  # the cached inventory may predate a node another replica added
+            self.ctx.catalog.invalidate()
+            reason = never_fits(spec, self.ctx.catalog.shapes(session, now), config)
+        if reason:
+            raise UnschedulableError(reason)
+        pending.add(sub.user, queue_config.name)
+        return {
+            "name": spec.name,
+            "user": sub.user,
+            "queue": spec.queue,
+            "state": JobState.PENDING.value,
+            "priority": priority,
+            "priority_class": config.priority_class_name(spec.priority),
+            "preemptible": preemptible,
+            "manifest": manifest.model_dump(mode="json", exclude_none=True),
+            "attempt": 0,
+            "submitted_at": now,
+            "time_limit": spec.time_limit,
+            "reason": FIRST_REASON,
+            "updated_at": now,
+            "idle": False,
+        }
+
+    def _lost_race(self, sub: Submission, exc: IntegrityError) -> Any:
+        """A lone submission whose key another replica stored first: that job, else
+        ``exc``."""
+        if sub.key is None:
+            return exc
+        try:
+            with self.ctx.sessions() as session:
+                earlier = _stored_keys(session, [sub])
+        except Exception as error:  # noqa: BLE001 -- the caller's outcome, not a crash
+            return error
+        if (sub.user, sub.key) not in earlier:
+            return exc
+        job_id, digest = earlier[(sub.user, sub.key)]
+        try:
+            return _replayed(sub, job_id, digest, f"job {job_id}")
+        except ConflictError as conflict:
+            return conflict
+
+    def _replay(self, job_id: int) -> Any:
+        from corral.server.services.jobs import JobService  # jobs uses this module
+
+        try:
+            return JobService(self.ctx).get(job_id), False
+        except Exception as exc:  # noqa: BLE001 -- the caller's outcome
+            return exc
+
+
+class _PendingCounts:
+    """Pending jobs per user, per queue and per (queue, user), counted once per batch
+    and only for the limits that are configured; the batch's own admissions included."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self._counts: dict[tuple[str, ...], int] = {}
+
+    def check(self, config: Any, user: str, queue_config: Any) -> None:
+        limits = config.limits
+        per_queue = (
+            queue_config.max_pending
+            if queue_config.max_pending is not None
+            else limits.max_pending_per_queue
+        )
+        name = queue_config.name
+        checks = (
+            (limits.max_pending_per_user, ("user", user), f"{user} has"),
+            (per_queue, ("queue", name), f"queue {name!r} has"),
+            (
+                queue_config.max_pending_per_user,
+                ("queue-user", name, user),
+                f"{user} has in queue {name!r}",
+            ),
+        )
+        for limit, what, who in checks:
+            if limit is None:
+                continue
+            count = self._count(what)
+            if count >= limit:
+                raise LimitExceededError(
+                    f"too many pending jobs: {who} {count} (limit {limit}); "
+                    "wait for some to start or cancel some"
+                )
+
+    def add(self, user: str, queue_name: str) -> None:
+        for what in (("user", user), ("queue", queue_name), ("queue-user", queue_name, user)):
+            if what in self._counts:
+                self._counts[what] += 1
+
+    def _count(self, what: tuple[str, ...]) -> int:
+        if what not in self._counts:
+            query = select(func.count()).select_from(JobRow)
+            query = query.where(JobRow.state == JobState.PENDING.value)
+            if what[0] == "user":
+                query = query.where(JobRow.user == what[1])
+            elif what[0] == "queue":
+                query = query.where(JobRow.queue == what[1])
+            else:
+                query = query.where(JobRow.queue == what[1], JobRow.user == what[2])
+            self._counts[what] = self.session.scalar(query) or 0
+        return self._counts[what]
+
+
+def _stored_keys(
+    session: Session, keyed: Sequence[Submission]
+) -> dict[tuple[str, str], tuple[int, str]]:
+    """Stored uses of the submissions' keys: ``(user, key) -> (job id, manifest hash)``."""
+    if not keyed:
+        return {}
+    idents = list({(s.user, s.key) for s in keyed})
+    rows = session.execute(
+        select(
+            IdempotencyKeyRow.user,
+            IdempotencyKeyRow.key,
+            IdempotencyKeyRow.job_id,
+            IdempotencyKeyRow.manifest_hash,
+        ).where(tuple_(IdempotencyKeyRow.user, IdempotencyKeyRow.key).in_(idents))
+    )
+    return {(user, key): (job_id, digest) for user, key, job_id, digest in rows}
+
+
+def _replayed(sub: Submission, earlier: int, digest: str, job: str) -> int:
+    """``earlier`` (a job id, or a batch index) if ``sub`` repeats the submission that
+    used its key first (whose manifest hash is ``digest``, for ``job``); else a conflict."""
+    if digest != sub.digest:
+        raise ConflictError(
+            f"Idempotency-Key {sub.key!r} was used for {job} with a different "
+            "manifest; use a new key for a new job"
+        )
+    return earlier
+
+
+def _submitted_event(job_id: int, now: float) -> dict[str, Any]:
+    return {
+        "entity": "job",
+        "entity_id": str(job_id),
+        "attempt": 0,
+        "at": now,
+        "from_state": "",
+        "to_state": JobState.PENDING.value,
+        "reason": "submitted",
+    }
+
+
+def _key_row(sub: Submission, job_id: int, now: float) -> dict[str, Any]:
+    return {
+        "user": sub.user,
+        "key": sub.key,
+        "job_id": job_id,
+        "manifest_hash": sub.digest,
+        "created_at": now,
+    }
+
+
+def manifest_hash(manifest: JobManifest) -> str:
+    """A stable digest of what was submitted (to tell a retry from a different job)."""
+    data = manifest.model_dump(mode="json", exclude_none=True)
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
