@@ -1,8 +1,10 @@
 """REST API throughput and latency on SQLite and PostgreSQL.
 
 Submissions: a real ``corral server`` process and one ``corral agent`` (8 simulated H100s)
-on loopback; C client threads (each its own keep-alive ``httpx.Client``) submit N 1-GPU
-jobs in total through ``POST /api/v1/jobs`` as fast as they can. Eight jobs run, the rest
+on loopback. First 8 1-GPU jobs fill the GPUs and start (the agent's process launches
+are not in the measurement); then C client threads (each its own keep-alive
+``httpx.Client``, which submits one job before the clock starts: connected and warm)
+submit N 1-GPU jobs in total through ``POST /api/v1/jobs`` as fast as they can. They all
 pend, so every scheduling cycle meanwhile sees a growing queue. Reported: submissions per
 second (wall clock, all clients), the p50/p99 latency of one submission, and the server
 process's CPU time per submission (API, database client and the scheduling cycles the
@@ -50,17 +52,36 @@ JOB = {"command": ["sleep", "600"], "resources": {"gpus": 1}}
 
 
 @contextmanager
-def cluster(db: str | None, sync_interval: float = 2.0) -> Iterator[LocalCluster]:
-    """A server (on ``db``, else SQLite) and one agent with 8 simulated GPUs."""
+def cluster(db: str | None, full: bool = False) -> Iterator[LocalCluster]:
+    """A server (on ``db``, else SQLite) and one agent with 8 simulated GPUs; ``full``:
+    with 8 1-GPU jobs running on them already."""
     with tempfile.TemporaryDirectory() as tmp:
-        local = LocalCluster(Path(tmp), node_timeout=600, sync_interval=sync_interval, db=db)
+        local = LocalCluster(Path(tmp), node_timeout=600, sync_interval=2.0, db=db)
         try:
             local.start_server()
             local.start_agent("node-a")
             local.wait_nodes("node-a")
+            if full:
+                fill(local)
             yield local
         finally:
             local.stop()
+
+
+def fill(local: LocalCluster) -> None:
+    """Submit 8 1-GPU jobs and wait until all run: the agent's process launches happen
+    before a measurement, and every submission measured then pends."""
+    token = (local.home / "token").read_text().strip()
+    with httpx.Client(
+        base_url=f"{local.url}/api/v1", headers={"Authorization": f"Bearer {token}"}, timeout=30
+    ) as http:
+        ids = [http.post("/jobs", json=JOB).json()["id"] for _ in range(8)]
+
+        def running() -> bool:
+            jobs = http.get("/jobs").json()["jobs"]
+            return sum(j["state"] == "running" and j["id"] in ids for j in jobs) == 8
+
+        wait_for(running, 60, "the 8 jobs that fill the GPUs to run")
 
 
 def cpu_seconds(pid: int) -> float:
@@ -83,7 +104,7 @@ def submit_load(local: LocalCluster, clients: int, jobs: int) -> tuple[float, li
             headers={"Authorization": f"Bearer {token}"},
             timeout=60,
         ) as http:
-            http.get("/health")  # connect before the clock starts
+            http.post("/jobs", json=JOB)  # connect and warm up before the clock starts
             start.wait()
             for _ in range(count):
                 began = time.perf_counter()
@@ -116,6 +137,7 @@ def offered_load(
     lock = threading.Lock()
     next_index = iter(range(jobs))
     ready = threading.Barrier(senders + 1)
+    go = threading.Event()
     began = 0.0
 
     def work() -> None:
@@ -124,8 +146,9 @@ def offered_load(
             headers={"Authorization": f"Bearer {token}"},
             timeout=60,
         ) as http:
-            http.get("/health")  # connect before the clock starts
+            http.post("/jobs", json=JOB)  # connect and warm up before the clock starts
             ready.wait()
+            go.wait()  # ``began`` is set
             while True:
                 with lock:
                     index = next(next_index, None)
@@ -143,8 +166,9 @@ def offered_load(
     threads = [threading.Thread(target=work) for _ in range(senders)]
     for thread in threads:
         thread.start()
-    began = time.perf_counter() + 0.05
-    ready.wait()
+    ready.wait()  # every sender connected and warm
+    began = time.perf_counter() + 0.01
+    go.set()
     for thread in threads:
         thread.join()
     elapsed = time.perf_counter() - began
@@ -195,7 +219,9 @@ def main() -> None:
     args = parser.parse_args()
     console = Console(width=120)  # whole tables, also when piped to a file
     postgres = PostgresServer(free_port()) if "postgresql" in args.backends else None
-    submit = Table(title=f"REST submissions ({args.jobs} 1-GPU jobs per run; 8 run, rest pend)")
+    submit = Table(
+        title=f"REST submissions ({args.jobs} 1-GPU jobs per run, all pending behind 8 running)"
+    )
     columns = ("backend", "clients", "submits/s", "p50 ms", "p99 ms", "max ms")
     for col in (*columns, "server CPU ms/submit", "load avg"):
         submit.add_column(col, justify="right")
@@ -218,12 +244,14 @@ def main() -> None:
                 )
             for label, load in loads:
                 db = postgres.new_database() if backend == "postgresql" and postgres else None
-                with cluster(db) as local:
+                with cluster(db, full=True) as local:
                     assert local.server is not None
                     cpu = cpu_seconds(local.server.pid)
                     elapsed, lat = load(local)
                     cpu = cpu_seconds(local.server.pid) - cpu
                     load_avg = os.getloadavg()[0]
+                if db and postgres:  # no autovacuum of old runs behind the next one
+                    postgres.drop_database(db)
                 submit.add_row(
                     backend,
                     label,

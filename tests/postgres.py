@@ -110,6 +110,15 @@ class PostgresServer:
             connection.execute(f'CREATE DATABASE "{name}"')
         return self.url(name)
 
+    def drop_database(self, url: str) -> None:
+        """Drop a database ``new_database`` made (closing its connections), so that
+        autovacuum does not work on it behind later runs."""
+        import psycopg
+
+        name = url.rsplit("/", 1)[1]
+        with psycopg.connect(self.url(), autocommit=True) as connection:
+            connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
     def destroy(self) -> None:
         with contextlib.suppress(RuntimeError):
             self.stop("immediate")
