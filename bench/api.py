@@ -9,6 +9,8 @@ pend, so every scheduling cycle meanwhile sees a growing queue. Reported: submis
 second (wall clock, all clients), the p50/p99 latency of one submission, and the server
 process's CPU time per submission (API, database client and the scheduling cycles the
 burst caused; PostgreSQL's own CPU is not in it), which a shared machine disturbs least.
+The bench's own garbage collector is paused during a measurement (see
+``client_gc_paused``), and runs are 3 s apart.
 
 Offered rate (open loop): submissions are due at a fixed rate (``--rate``, 500/s) whatever
 the answers, sent by a pool of client threads; latency counts from when a submission was
@@ -30,6 +32,7 @@ PostgreSQL runs on a throwaway server started from the binaries on the machine
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import statistics
 import sys
@@ -49,6 +52,7 @@ from tests.e2e.cluster import LocalCluster, free_port, wait_for  # noqa: E402
 from tests.postgres import PostgresServer  # noqa: E402
 
 JOB = {"command": ["sleep", "600"], "resources": {"gpus": 1}}
+SETTLE = 3.0  # seconds between runs: the last cluster's shutdown is not in the next run
 
 
 @contextmanager
@@ -82,6 +86,19 @@ def fill(local: LocalCluster) -> None:
             return sum(j["state"] == "running" and j["id"] in ids for j in jobs) == 8
 
         wait_for(running, 60, "the 8 jobs that fill the GPUs to run")
+
+
+@contextmanager
+def client_gc_paused() -> Iterator[None]:
+    """No garbage collection in this (the client's) process meanwhile: a full pass over
+    the bench's own heap stalls every client thread at once, tens of milliseconds that
+    would show as the server's latency. The server's collector runs as always."""
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def cpu_seconds(pid: int) -> float:
@@ -244,7 +261,7 @@ def main() -> None:
                 )
             for label, load in loads:
                 db = postgres.new_database() if backend == "postgresql" and postgres else None
-                with cluster(db, full=True) as local:
+                with cluster(db, full=True) as local, client_gc_paused():
                     assert local.server is not None
                     cpu = cpu_seconds(local.server.pid)
                     elapsed, lat = load(local)
@@ -252,6 +269,7 @@ def main() -> None:
                     load_avg = os.getloadavg()[0]
                 if db and postgres:  # no autovacuum of old runs behind the next one
                     postgres.drop_database(db)
+                time.sleep(SETTLE)
                 submit.add_row(
                     backend,
                     label,
