@@ -72,13 +72,20 @@ def cluster(db: str | None, full: bool = False) -> Iterator[LocalCluster]:
             local.stop()
 
 
+def api_client(local: LocalCluster, timeout: float = 60) -> httpx.Client:
+    """A keep-alive client of ``local``'s API with its admin token."""
+    token = (local.home / "token").read_text().strip()
+    return httpx.Client(
+        base_url=f"{local.url}/api/v1",
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=timeout,
+    )
+
+
 def fill(local: LocalCluster) -> None:
     """Submit 8 1-GPU jobs and wait until all run: the agent's process launches happen
     before a measurement, and every submission measured then pends."""
-    token = (local.home / "token").read_text().strip()
-    with httpx.Client(
-        base_url=f"{local.url}/api/v1", headers={"Authorization": f"Bearer {token}"}, timeout=30
-    ) as http:
+    with api_client(local, timeout=30) as http:
         ids = [http.post("/jobs", json=JOB).json()["id"] for _ in range(8)]
 
         def running() -> bool:
@@ -109,18 +116,13 @@ def cpu_seconds(pid: int) -> float:
 
 def submit_load(local: LocalCluster, clients: int, jobs: int) -> tuple[float, list[float]]:
     """``jobs`` submissions split over ``clients`` threads; (seconds, latencies)."""
-    token = (local.home / "token").read_text().strip()
     latencies: list[list[float]] = [[] for _ in range(clients)]
     errors: list[str] = []
     start = threading.Barrier(clients + 1)
 
     def work(index: int) -> None:
         count = jobs // clients + (index < jobs % clients)
-        with httpx.Client(
-            base_url=f"{local.url}/api/v1",
-            headers={"Authorization": f"Bearer {token}"},
-            timeout=60,
-        ) as http:
+        with api_client(local) as http:
             http.post("/jobs", json=JOB)  # connect and warm up before the clock starts
             start.wait()
             for _ in range(count):
@@ -148,7 +150,6 @@ def offered_load(
 ) -> tuple[float, list[float]]:
     """``jobs`` submissions due every ``1 / rate`` seconds, sent by ``senders`` threads;
     (seconds from the first due time to the last answer, latencies from due to answer)."""
-    token = (local.home / "token").read_text().strip()
     latencies: list[float] = []
     errors: list[str] = []
     lock = threading.Lock()
@@ -158,11 +159,7 @@ def offered_load(
     began = 0.0
 
     def work() -> None:
-        with httpx.Client(
-            base_url=f"{local.url}/api/v1",
-            headers={"Authorization": f"Bearer {token}"},
-            timeout=60,
-        ) as http:
+        with api_client(local) as http:
             http.post("/jobs", json=JOB)  # connect and warm up before the clock starts
             ready.wait()
             go.wait()  # ``began`` is set
@@ -196,11 +193,8 @@ def offered_load(
 
 def submit_to_running(local: LocalCluster, runs: int) -> list[float]:
     """Seconds from ``POST /jobs`` to the task reporting running, ``runs`` times."""
-    token = (local.home / "token").read_text().strip()
     samples = []
-    with httpx.Client(
-        base_url=f"{local.url}/api/v1", headers={"Authorization": f"Bearer {token}"}, timeout=30
-    ) as http:
+    with api_client(local, timeout=30) as http:
         for _ in range(runs):
             began = time.perf_counter()
             job = http.post("/jobs", json=JOB).json()
