@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from corral.errors import NotFoundError
+from corral.server.db.models import EventRow
 from tests.e2e.cluster import wait_for
 from tests.integration.conftest import Server
 from tests.integration.protocol import FakeHardwareAgent, reading, report
@@ -242,3 +243,44 @@ def test_event_pages_and_stream(server: Server) -> None:
         if event.entity_id == str(first.id) and event.to_state == "cancelled":
             break
     later.join()
+
+
+@pytest.mark.parametrize("backend", ["postgresql"])  # SQLite writes one transaction at a time
+@pytest.mark.server_options(sse_keepalive=0.2, event_gap_wait=60)
+def test_stream_waits_for_an_event_still_being_written(server: Server) -> None:
+    """Event ids are taken at insert, not at commit: a stream must not pass an id whose
+    transaction is still open, or it would never send that event."""
+
+    def event(reason: str) -> EventRow:
+        return EventRow(
+            entity="node", entity_id="n", attempt=0, at=0.0, from_state="", to_state="up",
+            reason=reason,
+        )  # fmt: skip
+
+    with server.ctx.sessions() as slow:
+        slow.add(first := event("slow"))
+        slow.flush()  # id taken, not committed
+        with server.ctx.sessions.begin() as fast:
+            fast.add(second := event("fast"))
+        assert second.id > first.id
+        with (
+            server.http(server.admin_token) as http,
+            http.stream(
+                "GET", "/events/stream", headers={"Last-Event-ID": str(first.id - 1)}
+            ) as stream,
+        ):
+            lines = stream.iter_lines()
+            held = []
+            for line in lines:
+                held.append(line)
+                if line == ": keep-alive":
+                    break
+            assert f"id: {second.id}" not in held  # committed, but after an open hole
+            slow.commit()
+            ids = []
+            for line in lines:
+                if line.startswith("id: "):
+                    ids.append(int(line.removeprefix("id: ")))
+                if len(ids) == 2:
+                    break
+    assert ids == [first.id, second.id]

@@ -4,11 +4,18 @@ Stream format (``text/event-stream``): each event is ``id: N`` and ``data: <Even
 JSON>`` followed by a blank line, in id order; a comment line (``: keep-alive``) is sent
 after ``sse_keepalive`` seconds without events. A client that reconnects with the
 ``Last-Event-ID`` header (or ``since_id``) gets every event after that id, none twice.
+
+Ids are given out when a row is inserted, not when its transaction commits: on
+PostgreSQL, event 11 may be visible while event 10 is still being written. A stream
+therefore never passes a missing id until ``GAP_WAIT`` seconds after it first saw the
+hole (a rolled-back insert leaves one for good); so it delivers every event, in id order,
+at the price of that delay after a rollback.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from sqlalchemy import String, cast, or_, select
@@ -19,6 +26,8 @@ from corral.server.db.models import EventRow, JobRow
 
 POLL_SECONDS = 0.25
 STREAM_BATCH = 500
+GAP_WAIT = 2.0  # seconds a stream waits for a missing event id before passing it
+# (``ServerSettings.event_gap_wait``: far longer than any transaction that writes events)
 
 
 def list_events(
@@ -29,11 +38,14 @@ def list_events(
     entity_id: str | None = None,
     latest: bool = False,
     owner: str | None = None,
+    until_id: int | None = None,
 ) -> list[EventItem]:
-    """Events with an id above ``since_id``, oldest first, at most ``limit``: the first
-    ones, or with ``latest`` the last ones. With ``owner``, job events only of that user's
-    jobs (node events are everyone's)."""
+    """Events with an id above ``since_id`` (and at most ``until_id``), oldest first, at
+    most ``limit``: the first ones, or with ``latest`` the last ones. With ``owner``, job
+    events only of that user's jobs (node events are everyone's)."""
     query = select(EventRow).where(EventRow.id > since_id)
+    if until_id is not None:
+        query = query.where(EventRow.id <= until_id)
     if owner is not None:
         own_jobs = select(cast(JobRow.id, String)).where(JobRow.user == owner)
         query = query.where(
@@ -75,22 +87,59 @@ async def event_stream(
     entity: str | None = None,
     entity_id: str | None = None,
     owner: str | None = None,
+    gap_wait: float = GAP_WAIT,
 ) -> AsyncIterator[str]:
     """Server-sent events after ``since_id`` until the client leaves or the server stops."""
     last, quiet = since_id, 0.0
+    holes = IdHoles(gap_wait)
     yield "retry: 2000\n\n"
     while not ctx.watch.closed and not await disconnected():
-        events = await asyncio.to_thread(
-            list_events, ctx, last, STREAM_BATCH, entity, entity_id, False, owner
-        )
-        for event in events:
-            last = event.id
-            yield f"id: {event.id}\ndata: {event.model_dump_json()}\n\n"
-        if events:
-            quiet = 0.0
-            continue
+        ids = await asyncio.to_thread(_ids_after, ctx, last)
+        safe = holes.safe(last, ids, time.monotonic())
+        events = []
+        if safe > last:
+            events = await asyncio.to_thread(
+                list_events, ctx, last, STREAM_BATCH, entity, entity_id, False, owner, safe
+            )
+            last = events[-1].id if len(events) == STREAM_BATCH else safe
+            if events or len(ids) == STREAM_BATCH:
+                quiet = 0.0  # more may be there already: read on at once
+                for event in events:
+                    yield f"id: {event.id}\ndata: {event.model_dump_json()}\n\n"
+                continue
         await asyncio.sleep(POLL_SECONDS)
         quiet += POLL_SECONDS
         if quiet >= ctx.settings.sse_keepalive:
             quiet = 0.0
             yield ": keep-alive\n\n"
+
+
+def _ids_after(ctx: Context, last: int) -> list[int]:
+    """The next ids of the whole history (no filter: holes are holes for every reader)."""
+    query = select(EventRow.id).where(EventRow.id > last).order_by(EventRow.id)
+    with ctx.sessions() as session:
+        return list(session.scalars(query.limit(STREAM_BATCH)))
+
+
+class IdHoles:
+    """Which ids a reader may pass: the ones it has read, and missing ones it first saw
+    missing at least ``wait`` seconds ago (their insert was rolled back)."""
+
+    def __init__(self, wait: float) -> None:
+        self.wait = wait
+        self._first_seen: dict[int, float] = {}
+
+    def safe(self, last: int, ids: list[int], now: float) -> int:
+        """The highest id up to which every id after ``last`` is read or given up on,
+        given the ``ids`` (ascending) found after ``last`` now. A hole is known by its
+        first missing id and timed from the first read that showed it."""
+        safe, blocked, before = last, False, last
+        for present in ids:
+            if present > before + 1:  # before + 1 .. present - 1 are missing
+                seen = self._first_seen.setdefault(before + 1, now)
+                blocked = blocked or now - seen < self.wait
+            if not blocked:
+                safe = present
+            before = present
+        self._first_seen = {i: t for i, t in self._first_seen.items() if i > safe}
+        return safe
