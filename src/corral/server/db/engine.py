@@ -126,16 +126,43 @@ _GATE = "corral.write_gate"
 _WRITES = ("INSERT", "UPDATE", "DELETE", "REPLAC")
 
 
-def migrate(engine: Engine) -> None:
-    """Upgrade the database to the newest schema (idempotent; replicas starting together
-    take turns: a PostgreSQL advisory lock, or a lock file beside a SQLite database)."""
+def migrate(engine: Engine, revision: str = "head") -> None:
+    """Upgrade the database to ``revision``, the newest schema by default, all or nothing
+    (idempotent; replicas starting together take turns: a PostgreSQL advisory lock, or a
+    lock file beside a SQLite database).
+
+    On SQLite the upgrade runs in one explicit transaction (the driver would otherwise
+    commit each schema statement on its own, and a failed upgrade would leave half a
+    schema), with foreign keys off: altering a table there means copying it into a new
+    one and dropping the old, which a table that other rows refer to would refuse
+    (Alembic's batch mode). The references are checked before the commit."""
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))
-    with _migration_lock(engine), engine.begin() as connection:
-        if connection.dialect.name == "postgresql":
-            connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_KEY})")
-        config.attributes["connection"] = connection
-        command.upgrade(config, "head")
+    with _migration_lock(engine), engine.connect() as connection:
+        if connection.dialect.name != "sqlite":
+            with connection.begin():
+                lock = f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_KEY})"
+                connection.exec_driver_sql(lock)
+                config.attributes["connection"] = connection
+                command.upgrade(config, revision)
+            return
+        driver = connection.connection.driver_connection
+        assert driver is not None
+        legacy = driver.isolation_level
+        driver.isolation_level = None  # the driver begins nothing; BEGIN below does
+        try:
+            connection.exec_driver_sql("PRAGMA foreign_keys=OFF")  # no-op in a transaction
+            connection.commit()
+            with connection.begin():
+                connection.exec_driver_sql("BEGIN")
+                config.attributes["connection"] = connection
+                command.upgrade(config, revision)
+                if connection.exec_driver_sql("PRAGMA foreign_key_check").first():
+                    raise RuntimeError("the schema upgrade left rows with broken references")
+        finally:
+            connection.exec_driver_sql("PRAGMA foreign_keys=ON")
+            connection.commit()
+            driver.isolation_level = legacy
 
 
 @contextlib.contextmanager
