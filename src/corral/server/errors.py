@@ -88,5 +88,14 @@ def install_error_handlers(app: FastAPI) -> None:
 def transient(exc: DBAPIError) -> bool:
     """A failure of the connection or of this transaction's luck, not of the statement:
     operational errors (lost connection, server shutting down, lock timeouts, deadlocks,
-    serialization failures) and invalidated connections."""
-    return exc.connection_invalidated or isinstance(exc, OperationalError | InterfaceError)
+    serialization failures) and invalidated connections. SQLite also reports a statement
+    that does not fit the schema (``no such column``) as operational: not transient."""
+    if exc.connection_invalidated:
+        return True
+    if not isinstance(exc, OperationalError | InterfaceError):
+        return False
+    message = str(exc.orig or "")
+    return not message.startswith(_SQLITE_STATEMENT_ERRORS)
+
+
+_SQLITE_STATEMENT_ERRORS = ("no such ", "syntax error", "near ", "table ", "index ")
