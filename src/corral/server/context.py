@@ -43,7 +43,9 @@ class ServerSettings:
     telemetry_max_samples: int = DEFAULT_MAX_SAMPLES  # samples kept per GPU
     telemetry_resolution: float = DEFAULT_RESOLUTION  # seconds between samples kept
     sse_keepalive: float = 15.0  # seconds between keep-alive comments on event streams
-    event_gap_wait: float = 2.0  # seconds an event stream waits for a missing event id
+    # seconds an event stream waits for a missing event id (a transaction still writing
+    # it); far longer than any transaction that writes events
+    event_gap_wait: float = 2.0
     lease_ttl: float = 4.0  # seconds the scheduler leader's lease lasts without renewal
     advertise: str | None = None  # the URL other parties reach this replica at
     token_cache_ttl: float = DEFAULT_TTL  # seconds; a revocation elsewhere shows here within

@@ -61,15 +61,7 @@ async def stream(
     if start is None:
         start = last_event_id(ctx)
     return StreamingResponse(
-        event_stream(
-            ctx,
-            start,
-            request.is_disconnected,
-            entity,
-            entity_id,
-            owner_of(token),
-            gap_wait=ctx.settings.event_gap_wait,
-        ),
+        event_stream(ctx, start, request.is_disconnected, entity, entity_id, owner_of(token)),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )

@@ -12,7 +12,9 @@ import threading
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from corral.scheduling.feasibility import NodeShapes, node_shapes
+from corral.core.job import JobSpec
+from corral.scheduling.config import SchedulerConfig
+from corral.scheduling.feasibility import NodeShapes, never_fits, node_shapes
 from corral.server.db.models import NodeRow
 from corral.server.services.converters import node_of
 
@@ -31,6 +33,18 @@ class NodeCatalog:
                 self._shapes = node_shapes(node_of(r) for r in session.scalars(select(NodeRow)))
                 self._loaded_at = now
             return self._shapes
+
+    def never_fits(
+        self, session: Session, spec: JobSpec, config: SchedulerConfig, now: float
+    ) -> str | None:
+        """Why ``spec`` can never fit the cluster, or None. A refusal is checked again
+        against a fresh copy first: the cached one may predate a node another replica
+        added."""
+        reason = never_fits(spec, self.shapes(session, now), config)
+        if reason:
+            self.invalidate()
+            reason = never_fits(spec, self.shapes(session, now), config)
+        return reason
 
     def invalidate(self) -> None:
         with self._lock:

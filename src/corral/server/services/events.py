@@ -7,9 +7,9 @@ after ``sse_keepalive`` seconds without events. A client that reconnects with th
 
 Ids are given out when a row is inserted, not when its transaction commits: on
 PostgreSQL, event 11 may be visible while event 10 is still being written. A stream
-therefore never passes a missing id until ``GAP_WAIT`` seconds after it first saw the
-hole (a rolled-back insert leaves one for good); so it delivers every event, in id order,
-at the price of that delay after a rollback.
+therefore never passes a missing id until ``ServerSettings.event_gap_wait`` seconds
+after it first saw the hole (a rolled-back insert leaves one for good); so it delivers
+every event, in id order, at the price of that delay after a rollback.
 """
 
 from __future__ import annotations
@@ -26,8 +26,6 @@ from corral.server.db.models import EventRow, JobRow
 
 POLL_SECONDS = 0.25
 STREAM_BATCH = 500
-GAP_WAIT = 2.0  # seconds a stream waits for a missing event id before passing it
-# (``ServerSettings.event_gap_wait``: far longer than any transaction that writes events)
 
 
 def list_events(
@@ -87,11 +85,10 @@ async def event_stream(
     entity: str | None = None,
     entity_id: str | None = None,
     owner: str | None = None,
-    gap_wait: float = GAP_WAIT,
 ) -> AsyncIterator[str]:
     """Server-sent events after ``since_id`` until the client leaves or the server stops."""
     last, quiet = since_id, 0.0
-    holes = IdHoles(gap_wait)
+    holes = IdHoles(ctx.settings.event_gap_wait)
     yield "retry: 2000\n\n"
     while not ctx.watch.closed and not await disconnected():
         ids = await asyncio.to_thread(_ids_after, ctx, last)

@@ -41,7 +41,7 @@ from corral.errors import (
     PermissionDeniedError,
     UnschedulableError,
 )
-from corral.scheduling.feasibility import never_fits, with_tpu_hosts
+from corral.scheduling.feasibility import with_tpu_hosts
 from corral.schemas.api import JobOut
 from corral.schemas.manifest import JobManifest
 from corral.server.db.models import EventRow, IdempotencyKeyRow, JobRow
@@ -63,11 +63,11 @@ class Submission:
     user: str
     admin: bool
     key: str | None
-    digest: str = field(init=False)
+    digest: str = field(init=False)  # of the manifest, with a key (to tell a retry)
     future: Future[tuple[JobOut, bool]] = field(default_factory=Future)
 
     def __post_init__(self) -> None:
-        self.digest = manifest_hash(self.manifest)
+        self.digest = manifest_hash(self.manifest) if self.key is not None else ""
 
 
 _JOBS = JobRow.__table__
@@ -236,14 +236,10 @@ class Intake:
         priority, preemptible = config.resolve_priority(spec.priority, spec.preemptible)
         self.ctx.submissions.take(sub.user, config.limits)
         pending.check(config, sub.user, queue_config)
-        shapes = self.ctx.catalog.shapes(session, now)
         if spec.tpu is not None:  # a TPU slice: as many nodes as the box has hosts
-            spec = with_tpu_hosts(spec, shapes)
+            spec = with_tpu_hosts(spec, self.ctx.catalog.shapes(session, now))
             manifest = manifest.model_copy(update={"nodes": spec.nodes or None})
-        reason = never_fits(spec, shapes, config)
-        if reason:  # the cached inventory may predate a node another replica added
-            self.ctx.catalog.invalidate()
-            reason = never_fits(spec, self.ctx.catalog.shapes(session, now), config)
+        reason = self.ctx.catalog.never_fits(session, spec, config, now)
         if reason:
             raise UnschedulableError(reason)
         pending.add(sub.user, queue_config.name)
