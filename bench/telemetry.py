@@ -75,7 +75,9 @@ def measure(nodes: int) -> dict[str, float]:
             )
         jobs = JobService(ctx)
         for _ in range(nodes):
-            jobs.submit(parse_manifest({"command": "train", "resources": {"gpus": 8}}), "bench")
+            jobs.submit(
+                parse_manifest({"command": "train", "resources": {"gpus": 8}}), "bench", admin=True
+            )
         run_cycle(ctx)
         placed = {t.node: (j.id, t.rank) for j in jobs.list() for t in j.tasks}
         now = time.time()

@@ -60,9 +60,15 @@ class LocalCluster:
         sync_interval: float = 0.5,
         config: str | None = None,
         db: str | None = None,
+        server_args: tuple[str, ...] = (),
+        checkpoint_root: Path | None = None,
     ) -> None:
         """``config``: the text of a scheduler.yaml for the server (none: the defaults);
-        ``db``: the server's database URL (default: SQLite in ``home``)."""
+        ``db``: the server's database URL (default: SQLite in ``home``); ``server_args``:
+        more ``corral server`` options; ``checkpoint_root``: the agents' (default: in
+        ``home``)."""
+        self.server_args = server_args
+        self.checkpoint_root = checkpoint_root or home / "checkpoints"
         self.home = home
         self.config = config
         self.port = free_port()
@@ -99,7 +105,9 @@ class LocalCluster:
                 str(self.node_timeout),
                 "--sync-interval",
                 str(self.sync_interval),
+                "--allow-root-jobs",  # the tests' admin token is root's
                 *self._config_args(),
+                *self.server_args,
             ],
             "server.log",
         )
@@ -130,7 +138,18 @@ class LocalCluster:
     def start_agent(self, name: str, simulate: str = "8xH100", *extra: str) -> None:
         """Start ``corral agent`` for ``name``; ``extra`` are more agent options."""
         self.agents[name] = self._spawn(
-            ["agent", "--server", self.url, "--name", name, "--simulate", simulate, *extra],
+            [
+                "agent",
+                "--server",
+                self.url,
+                "--name",
+                name,
+                "--simulate",
+                simulate,
+                "--checkpoint-root",
+                str(self.checkpoint_root),
+                *extra,
+            ],
             f"agent-{name}.log",
         )
 

@@ -43,6 +43,7 @@ class ReplicatedCluster(LocalCluster):
         args = ["server", "--db", self.db, "--port", str(self.ports[i])]
         args += ["--node-timeout", str(self.node_timeout)]
         args += ["--sync-interval", str(self.sync_interval), "--lease-ttl", str(self.lease_ttl)]
+        args.append("--allow-root-jobs")  # the tests' admin token is root's
         self.replicas[i] = self._spawn(args, f"server-{i}.log")
         if wait:
             wait_for(lambda: self.health(i) and (self.home / "token").exists(), 30, "replica 0")

@@ -46,6 +46,8 @@ def start_server(
         home.mkdir(parents=True, exist_ok=True)
         config_path.write_text(config)
     port = free_port()
+    # The bootstrap admin token is this account's; test runners often run as root.
+    settings.setdefault("allow_root_jobs", True)
     ctx = build_context(
         ServerSettings(
             db_url=db_url or f"sqlite:///{home / 'corral.db'}",

@@ -32,9 +32,11 @@ class FakeHardwareAgent:
         self.gpus = gpus
         self.devices = devices
         self.attributes = attributes or {}
+        self.credential: str | None = None  # the node credential the first registration gave
         self.register()
 
     def register(self, agent_id: str | None = None) -> None:
+        """Register (again), presenting the node credential once it has one."""
         self.agent_id = agent_id or self.agent_id
         body = {
             "name": self.name,
@@ -46,10 +48,12 @@ class FakeHardwareAgent:
             "cpus": 64,
             "memory": 512 * 10**9,
             "attributes": self.attributes,
+            "credential": self.credential,
         }
         with self.server.http(self.server.join_token) as http:
             answer = http.post("/agent/register", json=body)
         answer.raise_for_status()
+        self.credential = answer.json()["credential"] or self.credential
         self.http = self.server.http(answer.json()["node_token"])
 
     def sync(

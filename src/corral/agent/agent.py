@@ -2,8 +2,12 @@
 
 Level-triggered: every sync reports every task the agent knows and the log bytes the
 server lacks; the answer lists every task that should run here. Tasks missing locally are
-started; local tasks no longer wanted get SIGTERM, then SIGKILL after their grace period.
-If the server is unreachable, tasks keep running and the agent retries.
+started, each as its job's Unix account in a cgroup of its own (where the host allows);
+local tasks no longer wanted get SIGTERM, then SIGKILL after their grace period. If the
+server is unreachable, tasks keep running and the agent retries. A restarted agent is the
+same incarnation (its id is kept under its state directory): it re-adopts the tasks it had
+started, reports those that ended meanwhile, and kills what it cannot account for before
+it registers.
 """
 
 from __future__ import annotations
@@ -11,16 +15,20 @@ from __future__ import annotations
 import base64
 import logging
 import os
+import pwd
 import ssl
 import threading
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 
+from corral.agent import logship, nodestate
+from corral.agent.cgroups import Limits, probe_cgroups
 from corral.agent.host import NodeDescription, free_ports, gpu_readings
+from corral.agent.identity import Account, AccountError, lookup_account
+from corral.agent.logship import LogCursor
 from corral.agent.supervisor import ProcessSupervisor, TaskLaunch, TaskState, TaskStatus
 from corral.agent.telemetry import (
     FAULTS_FILE,
@@ -31,6 +39,7 @@ from corral.agent.telemetry import (
     read_faults,
     simulated_sample,
 )
+from corral.privatefiles import private_dir
 from corral.schemas.agent import (
     DesiredTask,
     GpuTelemetry,
@@ -42,16 +51,30 @@ from corral.schemas.agent import (
 )
 
 log = logging.getLogger("corral.agent")
-LOG_CHUNK = 512 * 1024  # bytes per task per sync
 MAX_BACKOFF = 5.0
 WATCH_TIMEOUT = 30.0  # seconds one long-poll of /agent/watch may wait
+DEFAULT_LOG_CAP = 100 * 1000 * 1000  # bytes per task, until the server says otherwise
 TaskKey = tuple[int, int, int]  # job id, attempt, rank
-SECRET_VARIABLES = ("CORRAL_TOKEN", "CORRAL_JOIN_TOKEN")
+# what a task running as another account keeps of the agent's environment
+PORTABLE_VARIABLES = ("PATH", "LANG", "LANGUAGE", "TZ", "TERM", "TMPDIR", "LD_LIBRARY_PATH")
+PORTABLE_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "NCCL_")
 
 
 def task_base_env(environ: Mapping[str, str]) -> dict[str, str]:
-    """The agent's environment without its credentials: tasks must not inherit them."""
-    return {k: v for k, v in environ.items() if k not in SECRET_VARIABLES}
+    """The agent's environment without Corral's own settings and credentials (``CORRAL_*``:
+    its token, join token, home, server): a task gets only the ``CORRAL_*`` variables the
+    agent sets for it."""
+    return {k: v for k, v in environ.items() if not k.startswith("CORRAL_")}
+
+
+def foreign_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """What a task running as another Unix account keeps of the agent's environment: the
+    locale, the search paths and the accelerator settings, nothing of the agent's own."""
+    return {
+        k: v
+        for k, v in environ.items()
+        if k in PORTABLE_VARIABLES or k.startswith(PORTABLE_PREFIXES)
+    }
 
 
 @dataclass
@@ -67,6 +90,8 @@ class AgentSettings:
     read_gpu_health: bool = False  # report NVML readings (real GPUs) with each sync
     simulated: bool = False  # simulated GPUs: generated telemetry, CORRAL_SIM_LOAD_FILE
     ca_cert: Path | None = None  # verify an HTTPS server with this CA (else system CAs)
+    contain: bool = True  # one cgroup per task with limits, where the host allows it
+    max_pids: int | None = 4096  # processes and threads per task (with cgroups)
 
 
 @dataclass
@@ -74,24 +99,39 @@ class _Tracked:
     launch: TaskLaunch
     gpus: tuple[int, ...] = ()
     load_file: Path | None = None  # CORRAL_SIM_LOAD_FILE on simulated nodes
-    server_offset: int = 0  # log bytes the server holds
     server_final: bool = False  # the server recorded the exit
     wanted: bool = True
+    log: LogCursor = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.log = LogCursor(self.launch.log_path)
 
 
 @dataclass
 class Agent:
     settings: AgentSettings
     transport: httpx.BaseTransport | None = None
-    agent_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    agent_id: str = ""  # default: the one kept under the state directory
 
     def __post_init__(self) -> None:
         self._wake = threading.Event()
         self._stop = threading.Event()
+        self._hurry = threading.Event()
+        private_dir(self.settings.home)  # logs and task records: the agent's alone
+        state_dir = self.settings.home / "state"
+        self.agent_id = self.agent_id or nodestate.agent_id(state_dir)
+        self._state_dir = state_dir
+        self.run_as_owner = os.geteuid() == 0
+        self._probe = probe_cgroups(self.settings.name) if self.settings.contain else None
+        self.cgroups = self._probe.manager if self._probe else None
         self.supervisor = ProcessSupervisor(
-            on_exit=lambda _key: self._wake.set(), base_env=task_base_env(os.environ)
+            on_exit=lambda _key: self._wake.set(),
+            base_env=task_base_env(os.environ),
+            state_dir=state_dir / "tasks",
+            cgroups=self.cgroups,
         )
         self.tasks: dict[TaskKey, _Tracked] = {}
+        self.log_cap: int | None = DEFAULT_LOG_CAP
         self._token: str | None = None
         self._server_index = 0
         self.interval = self.settings.sync_interval
@@ -104,6 +144,8 @@ class Agent:
 
     def run(self) -> None:
         """Register and sync until :meth:`stop`; then stop every task (grace periods apply)."""
+        self._announce()
+        self.recover()
         threading.Thread(target=self._watch, name="corral-agent-watch", daemon=True).start()
         backoff = 0.2
         with httpx.Client(transport=self.transport, timeout=10.0, verify=self._verify) as http:
@@ -131,7 +173,7 @@ class Agent:
                     self._server_index += 1
                     self._stop.wait(backoff)
                     backoff = min(MAX_BACKOFF, backoff * 2)
-            self.supervisor.stop_all(wait=True)
+            self._stop_tasks()
             if self._nvml is not None:
                 self._nvml.close()
             try:  # best effort: hand the work back so that it is requeued at once
@@ -141,8 +183,65 @@ class Agent:
                 log.warning("could not tell the server this agent stopped: %s", exc)
 
     def stop(self) -> None:
+        """Stop: every task gets SIGTERM and its grace period. A second call (a second
+        SIGTERM or Ctrl-C) kills what is left at once."""
+        if self._stop.is_set():
+            self._hurry.set()
         self._stop.set()
         self._wake.set()
+
+    def _stop_tasks(self) -> None:
+        self.supervisor.stop_all(wait=False)
+        hurried = False
+        while any(s.state is not TaskState.EXITED for s in self.supervisor.poll()):
+            if self._hurry.is_set() and not hurried:
+                log.warning("stopping now: killing every task without waiting for its grace")
+                self.supervisor.stop_all(grace_period=0, wait=False)
+                hurried = True
+            self._hurry.wait(0.05)
+
+    def _announce(self) -> None:
+        """Say at start how tasks run here: as whom, and how contained."""
+        if self.run_as_owner:
+            log.info("tasks run as their jobs' Unix accounts")
+        else:
+            user = pwd.getpwuid(os.geteuid()).pw_name
+            log.warning("not running as root: every task runs as %s, whoever submitted it", user)
+        if self._probe is None:
+            log.warning(
+                "cgroups turned off (--no-cgroups): tasks are process groups, no memory, CPU "
+                "or process limits, and a task that leaves its process group survives its job"
+            )
+            return
+        for warning in self._probe.warnings:
+            log.warning("%s", warning)
+        if self.cgroups is None:
+            log.warning(
+                "%s; a task that leaves its process group survives its job", self._probe.line
+            )
+        else:
+            log.info("%s", self._probe.line)
+
+    def recover(self) -> None:
+        """Take back the tasks an earlier run of this agent started (before registering):
+        running ones are supervised again, ended ones reported with their exit codes, and
+        anything unaccounted for is killed by the supervisor."""
+        for launch, status in self.supervisor.recover():
+            meta = launch.meta
+            try:
+                key = (int(meta["job_id"]), int(meta["attempt"]), int(meta["rank"]))
+            except (KeyError, TypeError, ValueError):
+                log.warning("task %s: no job in its record; stopping it", launch.key)
+                self.supervisor.stop(launch.key, 0)
+                continue
+            load_file = meta.get("load_file")
+            self.tasks[key] = _Tracked(
+                launch,
+                gpus=tuple(meta.get("gpus", ())),
+                load_file=Path(load_file) if load_file else None,
+            )
+            what = "still running" if status.state is not TaskState.EXITED else "ended"
+            log.info("re-adopted task %s (%s)", launch.key, what)
 
     def _watch(self) -> None:
         """Long-poll the node's change version; wake the sync loop when it moves, so that
@@ -208,10 +307,14 @@ class Agent:
             network=s.node.network,
             labels=s.node.labels,
             attributes=self._attributes(),
+            credential=nodestate.credential(self._state_dir),
         )
         answer = self._post("register", body.model_dump(mode="json"), s.join_token)
+        if answer.get("credential"):  # this name is now bound to this agent's state
+            nodestate.save_credential(self._state_dir, answer["credential"])
         self._token = answer["node_token"]
         self.interval = float(answer.get("sync_interval", self.interval))
+        self.log_cap = answer.get("log_cap", self.log_cap) or None
         chips = sum(1 for d in s.node.devices if d.kind == "tpu")
         devices = f"{chips} TPU chips" if chips else f"{len(s.node.devices)} GPUs"
         log.info("registered node %s with %s at %s", s.name, devices, self._url)
@@ -228,14 +331,18 @@ class Agent:
     def _build_request(self) -> SyncRequest:
         statuses = {s.key: s for s in self.supervisor.poll()}
         reports, chunks = [], []
+        budget = logship.SYNC_LOG_BUDGET
         for key, tracked in self.tasks.items():
             status = statuses.get(tracked.launch.key)
             if status is None:
                 continue
-            chunk, at_end = self._log_chunk(key, tracked)
+            exited = status.state is TaskState.EXITED
+            limit = min(budget, logship.FINAL_CHUNK if exited else logship.LOG_CHUNK)
+            chunk = self._log_chunk(key, tracked, limit) if limit > 0 else None
             if chunk is not None:
                 chunks.append(chunk)
-            reports.append(_report(key, status, hold_exit=not at_end))
+                budget -= len(chunk.data) * 3 // 4
+            reports.append(_report(key, status, self.settings.name))
         return SyncRequest(
             node=self.settings.name,
             agent_id=self.agent_id,
@@ -268,35 +375,28 @@ class Agent:
         readings = gpu_readings() if self.settings.read_gpu_health else {}
         return {**self.settings.node.attributes, **readings}
 
-    def _log_chunk(self, key: TaskKey, tracked: _Tracked) -> tuple[LogChunk | None, bool]:
-        """The next piece of the task's log the server lacks, and whether it reaches the end."""
-        path = tracked.launch.log_path
-        if tracked.server_offset < 0:
-            return None, True
-        try:
-            with path.open("rb") as handle:
-                handle.seek(tracked.server_offset)
-                data = handle.read(LOG_CHUNK)
-                at_end = not handle.read(1)
-        except FileNotFoundError:
-            return None, True
-        if not data:
-            return None, at_end
-        chunk = LogChunk(
+    def _log_chunk(self, key: TaskKey, tracked: _Tracked, limit: int) -> LogChunk | None:
+        """The next piece of the task's log the server lacks (None: nothing to send). Its
+        offset is past the server's when the oldest part was dropped (log cap)."""
+        piece = logship.next_piece(tracked.log, limit, self.log_cap)
+        if piece is None or (not piece.data and piece.offset == tracked.log.server_offset):
+            return None
+        return LogChunk(
             job_id=key[0],
             attempt=key[1],
             rank=key[2],
-            offset=tracked.server_offset,
-            data=base64.b64encode(data).decode(),
+            offset=piece.offset,
+            data=base64.b64encode(piece.data).decode(),
         )
-        return chunk, at_end
 
     def _apply(self, answer: SyncResponse) -> None:
+        self.log_cap = answer.log_cap or None
         for ack in answer.acks:
             tracked = self.tasks.get((ack.job_id, ack.attempt, ack.rank))
             if tracked is not None:
-                tracked.server_offset = ack.log_offset
+                tracked.log.server_offset = ack.log_offset
                 tracked.server_final = ack.final
+                logship.release(tracked.log, ack.log_offset)  # the server has these bytes
         desired = {(t.job_id, t.attempt, t.rank): t for t in answer.tasks}
         for key, task in desired.items():
             if key not in self.tasks:
@@ -311,26 +411,39 @@ class Agent:
                     log.info("stopping task %s (no longer wanted)", tracked.launch.key)
                 tracked.wanted = False
                 self.supervisor.stop(tracked.launch.key)
-            elif status is None or (tracked.server_final and self._drained(tracked)):
+            elif status is None or (tracked.server_final and logship.drained(tracked.log)):
                 self.supervisor.forget(tracked.launch.key)
                 del self.tasks[key]
+                tracked.launch.log_path.unlink(missing_ok=True)  # the server holds it all
                 if tracked.load_file is not None:
                     self._loads.forget(tracked.load_file)
                     tracked.load_file.unlink(missing_ok=True)
 
-    @staticmethod
-    def _drained(tracked: _Tracked) -> bool:
-        if tracked.server_offset < 0:
-            return True
-        try:
-            return tracked.server_offset >= tracked.launch.log_path.stat().st_size
-        except FileNotFoundError:
-            return True
+    def _account(self, user: str | None) -> Account | None:
+        """The account a task runs as; None: as this agent (not root, or the same account).
+        Raises ``AccountError`` when the node has no such account."""
+        if not self.run_as_owner or not user:
+            return None
+        account = lookup_account(user)
+        return None if account.uid == os.geteuid() else account
 
     def _start(self, key: TaskKey, task: DesiredTask) -> None:
         job_id, attempt, rank = key
+        log_path = self.settings.home / "logs" / f"job-{job_id}" / str(attempt) / f"{rank}.log"
+        if log_path.exists():  # a fresh attempt of this agent: start a fresh log
+            log_path.unlink()
+        try:
+            account = self._account(task.user)
+        except AccountError as exc:
+            account, failure = None, str(exc)  # the task fails, saying so
+        else:
+            failure = None
         checkpoint_dir = self.settings.checkpoint_root / f"job-{job_id}"
-        checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        if failure is None:
+            try:
+                self._job_dirs(checkpoint_dir, [log_path.parent.parent, log_path.parent], account)
+            except OSError as exc:
+                failure = f"cannot prepare the job's directories on this node: {exc}"
         env = dict(task.env)
         env["CORRAL_CHECKPOINT_DIR"] = str(checkpoint_dir)
         load_file = None
@@ -342,29 +455,73 @@ class Agent:
         env["CORRAL_SERVER"] = self._url  # with CORRAL_JOB_TOKEN: report checkpoints
         if self.settings.ca_cert:
             env["CORRAL_CA_CERT"] = str(self.settings.ca_cert)
+        if account is not None:  # only what is portable of the agent's own environment
+            env = {**foreign_env(os.environ), **env}
         launch = TaskLaunch(
             key=f"{job_id}/{attempt}/{rank}",
             command=task.command,
             env=env,
             workdir=task.workdir,
-            log_path=self.settings.home / "logs" / f"job-{job_id}" / str(attempt) / f"{rank}.log",
+            log_path=log_path,
             grace_period=task.grace_period,
+            account=account,
+            limits=Limits(
+                memory=task.memory or None, cpus=task.cpus or None, pids=self.settings.max_pids
+            ),
+            meta={
+                "job_id": job_id,
+                "attempt": attempt,
+                "rank": rank,
+                "gpus": list(task.gpus),
+                "load_file": str(load_file) if load_file else None,
+            },
+            failure=failure,
         )
-        if launch.log_path.exists():  # a fresh attempt of this agent: start a fresh log
-            launch.log_path.unlink()
         self.tasks[key] = _Tracked(launch, gpus=tuple(task.gpus), load_file=load_file)
-        self.supervisor.start(launch)
-        log.info("started task %s (pid in its own process group)", launch.key)
+        status = self.supervisor.start(launch)
+        if status.state is TaskState.EXITED:
+            log.warning("task %s could not start: %s", launch.key, status.reason)
+        else:
+            who = account.name if account else "this agent's account"
+            log.info("started task %s as %s", launch.key, who)
+
+    def _job_dirs(
+        self, checkpoint_dir: Path, log_dirs: list[Path], account: Account | None
+    ) -> None:
+        """The job's checkpoint and log directories, its account's alone (0700). The
+        checkpoint root stays traversable (0711) so that each owner reaches their own."""
+        root = self.settings.checkpoint_root
+        root.mkdir(parents=True, exist_ok=True)
+        if account is not None and root.stat().st_uid == os.geteuid():
+            os.chmod(root, 0o711)
+        for path in (checkpoint_dir, *log_dirs):
+            path.mkdir(parents=True, exist_ok=True)
+            own_dir(path, account)
 
 
-def _report(key: TaskKey, status: TaskStatus, hold_exit: bool) -> TaskReport:
-    """The task as the server should see it; an exit is held back (``terminating``) until
-    the server has the whole log, so that a finished job's logs are complete."""
-    exited = status.state is TaskState.EXITED and not hold_exit
+def own_dir(path: Path, account: Account | None) -> None:
+    """Give the directory ``path`` to ``account`` (None: keep its owner), mode 0700. Through
+    a descriptor opened without following links: a link planted there is refused."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        if account is not None:
+            os.fchown(fd, account.uid, account.gid)
+        os.fchmod(fd, 0o700)
+    finally:
+        os.close(fd)
+
+
+def _report(key: TaskKey, status: TaskStatus, node: str) -> TaskReport:
+    """The task as the server should see it. An exit is reported at once, whatever of the
+    log is still to ship: the job's devices are free when its processes are gone."""
+    exited = status.state is TaskState.EXITED
     if status.state is TaskState.RUNNING:
         state = "running"
     else:
         state = "exited" if exited else "terminating"
+    reason = status.reason
+    if reason and "this node" in reason:
+        reason = reason.replace("this node", f"node {node}")
     return TaskReport(
         job_id=key[0],
         attempt=key[1],
@@ -374,6 +531,9 @@ def _report(key: TaskKey, status: TaskStatus, hold_exit: bool) -> TaskReport:
         exit_code=status.exit_code if exited else None,
         started_at=status.started_at,
         ended_at=status.ended_at if exited else None,
+        peak_memory=status.peak_memory,
+        cpu_seconds=status.cpu_seconds,
+        reason=reason[:1024] if reason else None,
     )
 
 

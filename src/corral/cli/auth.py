@@ -1,4 +1,4 @@
-"""Credentials and accountability: login, whoami and the audit log."""
+"""Credentials and accountability: login, whoami, the audit log, node credentials."""
 
 from __future__ import annotations
 
@@ -85,6 +85,25 @@ def audit(
         print_json({"entries": entries})
     else:
         console.print(audit_table(entries))
+
+
+@app.command("reset-node")
+def reset_node(
+    node: Annotated[str, typer.Argument(metavar="NODE")],
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+    output: OutputOpt = Output.table,
+) -> None:
+    """Free a node's name for a reinstalled host (admins): the next agent to register it
+    gets a new node credential; the node's running tasks are lost (requeued or failed)."""
+    result = Client(server, token).reset_node(node)
+    if output is Output.json:
+        print_json(result)
+    else:
+        console.print(
+            f"node {node} reset: {result.state} until an agent registers the name again",
+            highlight=False,
+        )
 
 
 def parse_since(value: str | None, now: float | None = None) -> float | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 import time
@@ -142,7 +143,7 @@ def server(
         str,
         typer.Option(
             "--telemetry-retention",
-            help="GPU telemetry kept in memory: AGE[/RESOLUTION], e.g. 1h/10s (the default)",
+            help="GPU telemetry kept in memory: AGE or AGE/RESOLUTION, e.g. 1h/10s (the default)",
         ),
     ] = "1h/10s",
     lease_ttl: Annotated[
@@ -163,12 +164,32 @@ def server(
     tls_key: Annotated[
         Path | None, typer.Option("--tls-key", help="the certificate's private key (PEM)")
     ] = None,
+    max_grace_period: Annotated[
+        str,
+        typer.Option(
+            "--max-grace-period",
+            help="the longest grace_period a job may ask for (longer: refused), e.g. 10m",
+        ),
+    ] = "10m",
+    log_cap: Annotated[
+        str,
+        typer.Option(
+            "--log-cap", help="bytes of each task's log kept (past it the oldest go), e.g. 100MB"
+        ),
+    ] = "100MB",
+    allow_root_jobs: Annotated[
+        bool,
+        typer.Option(
+            "--allow-root-jobs",
+            help="run jobs whose Unix account is root (refused by default)",
+        ),
+    ] = False,
 ) -> None:
     """The control plane alone (REST API, state, scheduling loop).
 
     Several replicas may share one database (PostgreSQL, or a SQLite file on one host):
     all serve the API and one, elected through the database, runs the scheduling loop."""
-    from corral.core.units import parse_duration
+    from corral.core.units import parse_duration, parse_size
     from corral.server.app import serve
     from corral.server.context import ServerSettings
 
@@ -189,6 +210,16 @@ def server(
     for flag, path in (("--tls-cert", tls_cert), ("--tls-key", tls_key)):
         if path is not None and not path.is_file():
             raise ValidationError(f"{flag}: no such file {path}")
+    try:
+        grace_cap = parse_duration(max_grace_period)
+    except ValueError as exc:
+        raise ValidationError(f"--max-grace-period: {exc}") from None
+    try:
+        cap = parse_size(log_cap)
+    except ValueError as exc:
+        raise ValidationError(f"--log-cap: {exc}") from None
+    if cap < 1024:
+        raise ValidationError(f"--log-cap: at least 1KB, got {log_cap}")
     serve(
         ServerSettings(
             db_url=db or f"sqlite:///{home / 'corral.db'}",
@@ -205,6 +236,9 @@ def server(
             advertise=advertise,
             tls_cert=tls_cert,
             tls_key=tls_key,
+            max_grace_period=grace_cap,
+            log_cap=cap,
+            allow_root_jobs=allow_root_jobs,
         )
     )
 
@@ -232,15 +266,42 @@ def agent(
     address: Annotated[
         str | None, typer.Option(help="address other nodes reach this one at")
     ] = None,
+    join_token_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--join-token-file",
+            help="file holding the join token (default: $CORRAL_JOIN_TOKEN, else "
+            "$CORRAL_HOME/join-token)",
+        ),
+    ] = None,
     join_token: Annotated[
-        str | None, typer.Option("--join-token", help="default: $CORRAL_JOIN_TOKEN or $CORRAL_HOME")
+        str | None,
+        typer.Option(
+            "--join-token",
+            help="the join token itself: visible to every local user in the process list; "
+            "prefer --join-token-file",
+        ),
     ] = None,
     checkpoint_root: Annotated[
         Path | None,
         typer.Option(
-            "--checkpoint-root", help="where CORRAL_CHECKPOINT_DIR lives (shared storage)"
+            "--checkpoint-root",
+            help="where CORRAL_CHECKPOINT_DIR lives (shared storage; default "
+            "$CORRAL_HOME/checkpoints, or /var/lib/corral/checkpoints when run as root)",
         ),
     ] = None,
+    cgroups: Annotated[
+        bool,
+        typer.Option(
+            "--cgroups/--no-cgroups",
+            help="one cgroup per task: memory, CPU and process limits, and nothing a task "
+            "starts outlives it (where the host allows)",
+        ),
+    ] = True,
+    max_pids: Annotated[
+        int,
+        typer.Option("--max-pids", min=1, help="processes and threads per task (cgroups)"),
+    ] = 4096,
     ca_cert: Annotated[
         Path | None,
         typer.Option("--ca-cert", help="CA certificate of an HTTPS server (or $CORRAL_CA_CERT)"),
@@ -252,15 +313,29 @@ def agent(
     from corral.agent.agent import Agent, AgentSettings
     from corral.agent.host import describe_host, load_node_file, local_address
     from corral.cli.common import parse_pairs
+    from corral.privatefiles import private_dir
 
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     servers = resolve_servers(server)
+    if join_token is not None:
+        logging.getLogger("corral.agent").warning(
+            "--join-token is visible to every user of this host (ps, /proc); "
+            "use --join-token-file or $CORRAL_JOIN_TOKEN"
+        )
+    if join_token_file is not None:
+        try:
+            join_token = join_token_file.read_text().strip()
+        except OSError as exc:
+            raise ValidationError(
+                f"--join-token-file: cannot read {join_token_file}: {exc}"
+            ) from None
     token = resolve_join_token(join_token)
     if not token:
         raise ValidationError(
-            "no join token: pass --join-token, set CORRAL_JOIN_TOKEN, or run on the server's host"
+            "no join token: pass --join-token-file, set CORRAL_JOIN_TOKEN, or run on the "
+            "server's host"
         )
     label_map = parse_pairs([p for p in (labels or "").split(",") if p], "--labels")
     node = load_node_file(node_file) if node_file else describe_host(simulate, label_map)
@@ -276,7 +351,10 @@ def agent(
         except ValueError:
             raise ValidationError(f"--attributes: {key} must be a number, got {value!r}") from None
     node_name = name or socket.gethostname().split(".")[0]
-    home = corral_home()
+    home = private_dir(corral_home())
+    if checkpoint_root is None:
+        as_root = os.geteuid() == 0
+        checkpoint_root = Path("/var/lib/corral/checkpoints") if as_root else home / "checkpoints"
     settings = AgentSettings(
         servers=servers,
         join_token=token,
@@ -284,10 +362,12 @@ def agent(
         address=address or local_address(servers[0]),
         node=node,
         home=home / "agents" / node_name,
-        checkpoint_root=checkpoint_root or home / "checkpoints",
+        checkpoint_root=checkpoint_root,
         read_gpu_health=node_file is None and simulate is None,
         simulated=node_file is not None or simulate is not None,
         ca_cert=resolve_ca_cert(ca_cert),
+        contain=cgroups,
+        max_pids=max_pids,
     )
     worker = Agent(settings)
     signal.signal(signal.SIGTERM, lambda *_: worker.stop())

@@ -22,7 +22,7 @@ from corral.cli.common import (
     console,
     print_json,
 )
-from corral.cli.render import state_text
+from corral.cli.render import cpu_time, state_text, when
 from corral.core.units import format_duration, format_size, parse_duration
 from corral.errors import ValidationError
 from corral.schemas.api import EventItem, TelemetrySample, UsageRow
@@ -66,6 +66,8 @@ USAGE_COLUMNS = (
     "avg_wait",
     "max_wait",
     "preemptions",
+    "cpu_seconds",
+    "peak_memory",
 )
 
 
@@ -80,7 +82,8 @@ def usage(
         TableJsonCsv, typer.Option("--output", "-o", help="table, json or csv")
     ] = TableJsonCsv.table,
 ) -> None:
-    """GPU-hours allocated and used, waits and preemptions per queue, user or job."""
+    """GPU-hours allocated and used, waits, preemptions, CPU time and peak memory per
+    queue, user or job."""
     if by not in ("queue", "user", "job"):
         raise ValidationError(f"--by: expected queue, user or job, got {by!r}")
     now = time.time()
@@ -115,6 +118,8 @@ def usage_table(rows: list[UsageRow], by: str) -> Table:
         "AVG WAIT",
         "MAX WAIT",
         "PREEMPT",
+        "CPU TIME",
+        "PEAK MEM",
     ):
         table.add_column(col, no_wrap=True, justify="left" if col == by.upper() else "right")
     for r in rows:
@@ -129,13 +134,14 @@ def usage_table(rows: list[UsageRow], by: str) -> Table:
             "-" if r.avg_wait is None else format_duration(r.avg_wait),
             "-" if r.max_wait is None else format_duration(r.max_wait),
             str(r.preemptions),
+            cpu_time(r.cpu_seconds),
+            format_size(r.peak_memory),
         )
     return table
 
 
 def event_line(event: EventItem) -> Text:
-    when = datetime.fromtimestamp(event.at).strftime("%Y-%m-%d %H:%M:%S")
-    line = Text(f"{event.id:>6}  {when}  {event.entity} {event.entity_id}")
+    line = Text(f"{event.id:>6}  {when(event.at)}  {event.entity} {event.entity_id}")
     if event.entity == "job":
         line.append(f" #{event.attempt}")
     line.append("  ")
@@ -214,7 +220,7 @@ def telemetry(
     for s in samples:
         latest[(s.node, s.gpu)] = s
     if not latest:
-        console.print(f"no telemetry for {target} since {datetime.fromtimestamp(start):%H:%M:%S}")
+        console.print(f"no telemetry for {target} since {when(start)}")
         return
     table = Table(box=None, header_style="bold", pad_edge=False)
     for col in ("NODE", "GPU", "UTIL", "MEMORY", "TEMP", "POWER", "ECC", "XID", "JOB", "AGE"):

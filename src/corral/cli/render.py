@@ -38,14 +38,20 @@ def job_state_text(job: JobOut) -> Text:
     return text
 
 
-def _when(at: float | None) -> str:
-    return "-" if at is None else datetime.fromtimestamp(at).strftime("%Y-%m-%d %H:%M:%S")
+def when(at: float | None) -> str:
+    """A local date and time; total: a time no calendar holds reads as its epoch seconds."""
+    if at is None:
+        return "-"
+    try:
+        return datetime.fromtimestamp(at).strftime("%Y-%m-%d %H:%M:%S")
+    except (OverflowError, OSError, ValueError):
+        return f"{at:.6g} (epoch seconds)"
 
 
 def _estimate(start: float | None, now: float) -> str:
     if start is None:
         return "- (no estimate)"
-    return f"{eta(start, now)} ({_when(start)}, if running jobs end as estimated)"
+    return f"{eta(start, now)} ({when(start)}, if running jobs end as estimated)"
 
 
 def _elapsed(job: JobOut, now: float) -> str:
@@ -104,7 +110,8 @@ def job_panel(job: JobOut, now: float, advice: list[str] | None = None) -> Group
         ("Reason", Text(job.reason or "-")),
         *([("Est. start", _estimate(job.estimated_start, now))] if job.state == "pending" else []),
         ("Queue", f"{job.queue} (position {job.position})" if job.position else job.queue),
-        ("User", job.user),
+        ("User", Text(job.user)),
+        ("Runs as", Text(job.unix_user or "-")),
         (
             "Priority",
             f"{job.priority_class or ''} {job.priority}".strip()
@@ -121,9 +128,9 @@ def job_panel(job: JobOut, now: float, advice: list[str] | None = None) -> Group
         ),
         ("Command", Text(command)),
         ("Attempt", str(job.attempt)),
-        ("Submitted", _when(job.submitted_at)),
-        ("Started", _when(job.started_at)),
-        ("Ended", _when(job.ended_at)),
+        ("Submitted", when(job.submitted_at)),
+        ("Started", when(job.started_at)),
+        ("Ended", when(job.ended_at)),
         ("Run time", "-" if job.started_at is None else _elapsed(job, now)),
     ]
     if job.exit_code is not None:
@@ -140,25 +147,7 @@ def job_panel(job: JobOut, now: float, advice: list[str] | None = None) -> Group
             hints.add_row(Text(f"- {hint}"))
         parts.append(hints)
     if job.tasks:
-        tasks = Table(title="Placement", box=None, header_style="bold", title_justify="left")
-        for col in ("RANK", "NODE", "LOCAL", "GPUS", "STATE", "PID", "EXIT"):
-            tasks.add_column(col)
-        for t in job.tasks:
-            gpus = ",".join(map(str, t.gpus)) or "-"
-            if t.mig:
-                gpus = ",".join(t.mig)
-            elif t.gpu_share < 1 and t.gpus:
-                gpus += f" ({t.gpu_share:g})"
-            tasks.add_row(
-                str(t.rank),
-                t.node,
-                str(t.local_rank),
-                gpus,
-                state_text(t.state),
-                str(t.pid or "-"),
-                "-" if t.exit_code is None else str(t.exit_code),
-            )
-        parts.append(tasks)
+        parts.append(_placement(job))
     if job.attempts:
         attempts = Table(title="Attempts", box=None, header_style="bold", title_justify="left")
         for col in ("#", "NODES", "STARTED", "ENDED", "OUTCOME"):
@@ -167,8 +156,8 @@ def job_panel(job: JobOut, now: float, advice: list[str] | None = None) -> Group
             attempts.add_row(
                 str(a.attempt),
                 ", ".join(a.nodes),
-                _when(a.started_at),
-                _when(a.ended_at),
+                when(a.started_at),
+                when(a.ended_at),
                 a.outcome or "-",
             )
         parts.append(attempts)
@@ -178,9 +167,42 @@ def job_panel(job: JobOut, now: float, advice: list[str] | None = None) -> Group
             events.add_column(col)
         for e in job.events:
             arrow = f"{e.from_state} -> {e.to_state}" if e.from_state else e.to_state
-            events.add_row(_when(e.at), str(e.attempt), arrow, Text(e.reason))
+            events.add_row(when(e.at), str(e.attempt), arrow, Text(e.reason))
         parts.append(events)
     return Group(*parts)
+
+
+def _placement(job: JobOut) -> Table:
+    """The current attempt's tasks: where, what they hold and use, how they ended."""
+    tasks = Table(title="Placement", box=None, header_style="bold", title_justify="left")
+    reasons = any(t.reason for t in job.tasks)
+    columns = ("RANK", "NODE", "LOCAL", "GPUS", "STATE", "PID", "EXIT", "PEAK MEM", "CPU TIME")
+    for col in (*columns, *(("REASON",) if reasons else ())):
+        tasks.add_column(col, overflow="fold" if col == "REASON" else "ellipsis")
+    for t in job.tasks:
+        gpus = ",".join(map(str, t.gpus)) or "-"
+        if t.mig:
+            gpus = ",".join(t.mig)
+        elif t.gpu_share < 1 and t.gpus:
+            gpus += f" ({t.gpu_share:g})"
+        tasks.add_row(
+            str(t.rank),
+            t.node,
+            str(t.local_rank),
+            gpus,
+            state_text(t.state),
+            str(t.pid or "-"),
+            "-" if t.exit_code is None else str(t.exit_code),
+            format_size(t.peak_memory),
+            "-" if t.cpu_seconds is None else cpu_time(t.cpu_seconds),
+            *((Text(t.reason or "-"),) if reasons else ()),
+        )
+    return tasks
+
+
+def cpu_time(seconds: float) -> str:
+    """CPU seconds for a table: ``12.3s`` below a minute, else as a duration."""
+    return f"{seconds:.1f}s" if seconds < 60 else format_duration(seconds)
 
 
 def nodes_table(nodes: list[NodeOut], now: float) -> Table:
@@ -248,10 +270,17 @@ def queues_table(queues: list[QueueOut]) -> Table:
 
 def tokens_table(tokens: list[TokenOut]) -> Table:
     table = Table(box=None, header_style="bold", pad_edge=False)
-    for col in ("ID", "USER", "ROLE", "CREATED", "REVOKED"):
+    for col in ("ID", "USER", "UNIX USER", "ROLE", "CREATED", "REVOKED"):
         table.add_column(col)
     for t in tokens:
-        table.add_row(str(t.id), t.user, t.role, _when(t.created_at), _when(t.revoked_at))
+        table.add_row(
+            str(t.id),
+            Text(t.user),
+            Text(t.unix_user or t.user),
+            t.role,
+            when(t.created_at),
+            when(t.revoked_at),
+        )
     return table
 
 
@@ -275,7 +304,7 @@ def audit_table(entries: list[AuditOut]) -> Table:
         table.add_column(col)
     for e in entries:
         table.add_row(
-            datetime.fromtimestamp(e.at).strftime("%Y-%m-%d %H:%M:%S"),
+            when(e.at),
             e.user or "-",
             e.role or "-",
             "-" if e.token_id is None else str(e.token_id),

@@ -18,18 +18,31 @@ app = typer.Typer(
 def create(
     user: Annotated[str, typer.Option(help="who the token is for")],
     role: Annotated[str, typer.Option(help="admin or user")] = "user",
+    unix_user: Annotated[
+        str | None,
+        typer.Option(
+            "--unix-user", help="the Unix account the user's jobs run as (default: --user)"
+        ),
+    ] = None,
     server: ServerOpt = None,
     token: TokenOpt = None,
     output: OutputOpt = Output.table,
 ) -> None:
     """Create a token; the secret is shown once."""
-    created = client(server, token).create_token(user, role)
+    created = client(server, token).create_token(user, role, unix_user)
     if output is Output.json:
         print_json(
-            {"token": created.token, "id": created.id, "user": created.user, "role": created.role}
+            {
+                "token": created.token,
+                "id": created.id,
+                "user": created.user,
+                "role": created.role,
+                "unix_user": created.unix_user,
+            }
         )
     else:
-        console.print(f"token {created.id} for {created.user} ({created.role}):")
+        account = f", jobs run as {created.unix_user}" if created.unix_user else ""
+        console.print(f"token {created.id} for {created.user} ({created.role}{account}):")
         print(created.token)
 
 

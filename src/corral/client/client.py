@@ -272,6 +272,10 @@ class Client:
             self.request("POST", f"/nodes/{name}/undrain", idempotent=True)
         )
 
+    def reset_node(self, name: str) -> NodeOut:
+        """Free a node's name for a new agent (admins): see ``POST /nodes/{name}/reset``."""
+        return NodeOut.model_validate(self.request("POST", f"/nodes/{name}/reset", idempotent=True))
+
     def queues(self) -> list[QueueOut]:
         return [QueueOut.model_validate(q) for q in self.request("GET", "/queues")["queues"]]
 
@@ -345,8 +349,12 @@ class Client:
             _decode(response)
         return response.text
 
-    def create_token(self, user: str, role: str = "user") -> TokenOut:
-        body = {"user": user, "role": role}
+    def create_token(self, user: str, role: str = "user", unix_user: str | None = None) -> TokenOut:
+        """A new token for ``user`` (admins); its jobs run as ``unix_user`` (default: the
+        user's name) on the nodes."""
+        body: dict[str, Any] = {"user": user, "role": role}
+        if unix_user is not None:
+            body["unix_user"] = unix_user
         return TokenOut.model_validate(self.request("POST", "/tokens", json=body))
 
     def tokens(self) -> list[TokenOut]:

@@ -39,9 +39,9 @@ _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*$", re.IGNORECASE)
 def parse_duration(value: str | int | float) -> float:
     """Seconds in ``value``; a bare number is seconds. Never negative."""
     if isinstance(value, bool):
-        raise ValueError(f"expected a duration such as 90s, 15m or 4h, got {value!r}")
+        raise ValueError(f"expected a duration such as 90s, 15m or 4h, got {_shown(value)}")
     if isinstance(value, int | float):
-        seconds = float(value)
+        seconds = _float(value, "duration")
     else:
         text = value.strip()
         try:
@@ -50,34 +50,54 @@ def parse_duration(value: str | int | float) -> float:
             parts = _DURATION_PART.findall(text)
             if not parts or _DURATION_PART.sub("", text).strip():
                 raise ValueError(
-                    f"expected a duration such as 90s, 15m or 4h, got {value!r}"
+                    f"expected a duration such as 90s, 15m or 4h, got {_shown(value)}"
                 ) from None
             seconds = sum(float(n) * _DURATION_UNITS[u.lower()] for n, u in parts)
     if seconds < 0 or math.isnan(seconds) or math.isinf(seconds):
-        raise ValueError(f"a duration must be a finite number >= 0, got {value!r}")
+        raise ValueError(f"a duration must be a finite number >= 0, got {_shown(value)}")
     return seconds
 
 
 def parse_size(value: str | int | float) -> int:
     """Bytes in ``value``; a bare number is bytes. Never negative."""
     if isinstance(value, bool):
-        raise ValueError(f"expected a size such as 20GB or 256GiB, got {value!r}")
+        raise ValueError(f"expected a size such as 20GB or 256GiB, got {_shown(value)}")
     if isinstance(value, int | float):
-        number, unit = float(value), ""
+        number, unit = _float(value, "size"), ""
     else:
         match = _SIZE.match(value)
         if not match or match.group(2).lower() not in _SIZE_UNITS:
-            raise ValueError(f"expected a size such as 20GB or 256GiB, got {value!r}")
+            raise ValueError(f"expected a size such as 20GB or 256GiB, got {_shown(value)}")
         number, unit = float(match.group(1)), match.group(2).lower()
     if number < 0 or math.isinf(number) or math.isnan(number):
-        raise ValueError(f"a size must be a finite number >= 0, got {value!r}")
+        raise ValueError(f"a size must be a finite number >= 0, got {_shown(value)}")
     return int(number * _SIZE_UNITS[unit])
 
 
+def _shown(value: object) -> str:
+    """``repr(value)``, cut short: an error message need not repeat 400 digits."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _float(value: int | float, what: str) -> float:
+    """``float(value)``; an integer too large for a float is a ``ValueError``."""
+    try:
+        return float(value)
+    except OverflowError:
+        digits = int(int(value).bit_length() * 0.30103) + 1
+        raise ValueError(
+            f"a {what} must be a finite number >= 0, got an integer of about {digits} digits"
+        ) from None
+
+
 def format_duration(seconds: float | None) -> str:
-    """``3725 -> '1h2m'``; short and human, for tables."""
-    if seconds is None:
+    """``3725 -> '1h2m'``; short and human, for tables. Total: any float gives a string
+    (an infinite or absurd one says so rather than failing)."""
+    if seconds is None or math.isnan(seconds):
         return "-"
+    if seconds >= 1000 * 365 * 86400:  # a thousand years and more: no need for days
+        return "forever" if math.isinf(seconds) else f"{seconds / (365 * 86400):.3g} years"
     seconds = max(0.0, seconds)
     if seconds < 60:
         return f"{seconds:.0f}s"
@@ -91,11 +111,23 @@ def format_duration(seconds: float | None) -> str:
     return f"{days}d{hours}h"
 
 
+_SIZE_STEPS = (
+    ("EB", 1000**6),
+    ("PB", 1000**5),
+    ("TB", 1000**4),
+    ("GB", 1000**3),
+    ("MB", 1000**2),
+    ("KB", 1000),
+)
+
+
 def format_size(num_bytes: int | None) -> str:
     """``80_000_000_000 -> '80GB'`` (decimal units, as GPU vendors write them)."""
     if num_bytes is None:
         return "-"
-    for unit, factor in (("TB", 1000**4), ("GB", 1000**3), ("MB", 1000**2), ("KB", 1000)):
+    if num_bytes >= 1000**7:  # past exabytes: an exponent, never a 40-digit number
+        return f"{float(num_bytes):.3g}B"
+    for unit, factor in _SIZE_STEPS:
         if num_bytes >= factor:
             value = num_bytes / factor
             return f"{value:.0f}{unit}" if value == int(value) else f"{value:.1f}{unit}"

@@ -22,6 +22,7 @@ import httpx
 
 from corral.client.config import SERVER_FILE, TOKEN_FILE
 from corral.errors import ConflictError, CorralError, ValidationError
+from corral.privatefiles import private_dir
 from corral.schemas.cluster import load_cluster
 
 STATE_FILE = "up.json"
@@ -169,6 +170,7 @@ class EmbeddedCluster:
                 f"(server {existing.server_url}); stop it with `corral down`"
             )
         down(self.home)  # leftovers of a cluster whose server died: stop its agents
+        private_dir(self.home)
         (self.home / "logs").mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "CORRAL_HOME": str(self.home)}
         server_cmd = [
@@ -189,6 +191,8 @@ class EmbeddedCluster:
         ]
         if self.config:
             server_cmd += ["--config", str(self.config)]
+        if os.geteuid() == 0:  # the admin token is the starting account's: here, root
+            server_cmd.append("--allow-root-jobs")
         self.server = self._spawn(server_cmd, "server.log", env)
         try:
             self._wait_healthy(timeout)
@@ -202,6 +206,8 @@ class EmbeddedCluster:
                     self.url,
                     "--name",
                     launch.name,
+                    "--checkpoint-root",  # jobs run as the starting account: it reaches this
+                    str(self.home / "checkpoints"),
                 ]
                 if launch.simulate:
                     cmd += ["--simulate", launch.simulate]
@@ -286,16 +292,26 @@ class EmbeddedCluster:
 
 
 def stop_processes(agents: list[int], servers: list[int], timeout: float = 30.0) -> None:
-    """SIGTERM the agents (they stop their tasks), then the servers; SIGKILL stragglers."""
-    for group in (agents, servers):
-        for pid in group:
-            _signal(pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and any(_alive(p) for p in group):
-            time.sleep(0.1)
-        for pid in group:
+    """SIGTERM the agents (they stop their tasks, with their grace periods), then the
+    servers. An agent still stopping after ``timeout`` gets a second SIGTERM (it kills its
+    tasks at once) and 10 more seconds; stragglers then get SIGKILL."""
+    _stop_group(agents, timeout, second=10.0)
+    _stop_group(servers, timeout, second=0.0)
+
+
+def _stop_group(pids: list[int], timeout: float, second: float) -> None:
+    for wait, sig in ((timeout, signal.SIGTERM), (second, signal.SIGTERM)):
+        if wait <= 0:
+            continue
+        for pid in pids:
             if _alive(pid):
-                _signal(pid, signal.SIGKILL)
+                _signal(pid, sig)
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline and any(_alive(p) for p in pids):
+            time.sleep(0.1)
+    for pid in pids:
+        if _alive(pid):
+            _signal(pid, signal.SIGKILL)
 
 
 def down(home: Path) -> UpState | None:

@@ -6,7 +6,7 @@ the lookups the cycle and the control plane need.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from corral.core.idle import IdlePolicy
@@ -59,18 +59,35 @@ class Policy:
     idle: IdlePolicy = field(default_factory=IdlePolicy)  # for queues without their own
 
 
+DEFAULT_MAX_PENDING_PER_USER = 10_000
+DEFAULT_SUBMISSIONS_PER_SECOND = 50.0
+DEFAULT_SUBMISSION_BURST = 500
+PER_USER_LIMITS = ("max_pending_per_user", "submissions_per_second", "submission_burst")
+
+
 @dataclass(frozen=True)
 class Limits:
     """Abuse limits the control plane enforces on submissions (``limits:`` in the file).
 
     ``None`` means unlimited. The submission rate is a per-user token bucket kept by each
-    server replica (``submission_burst`` tokens, refilled at ``submissions_per_second``)."""
+    server replica (``submission_burst`` tokens, refilled at ``submissions_per_second``).
+    Users are held to the per-user limits by default; admins only to those the file sets
+    (``configured`` names them)."""
 
-    max_pending_per_user: int | None = None
+    max_pending_per_user: int | None = DEFAULT_MAX_PENDING_PER_USER
     max_pending_per_queue: int | None = None
-    submissions_per_second: float | None = None
-    submission_burst: int | None = None  # default: max(1, submissions_per_second)
+    submissions_per_second: float | None = DEFAULT_SUBMISSIONS_PER_SECOND
+    submission_burst: int | None = DEFAULT_SUBMISSION_BURST  # None: max(1, the rate)
     max_request_bytes: int = 1 << 20  # user API request bodies; larger: 413
+    configured: frozenset[str] = frozenset()  # the keys the configuration file set
+
+    def for_caller(self, admin: bool) -> Limits:
+        """The limits a submission is held to: a user's, all; an admin's, only the
+        per-user limits the configuration set (the defaults do not bind admins)."""
+        if not admin:
+            return self
+        unset = {name: None for name in PER_USER_LIMITS if name not in self.configured}
+        return replace(self, **unset) if unset else self
 
 
 DEFAULT_PRIORITY_CLASSES = (

@@ -44,12 +44,18 @@ class RegisterRequest(Strict):
     network: list[str] = Field(default_factory=list)
     labels: dict[str, str] = Field(default_factory=dict)
     attributes: dict[str, float] = Field(default_factory=dict)  # for scoring plugins
+    # the node credential an earlier registration of this name returned (None: first time)
+    credential: str | None = Field(default=None, max_length=128)
 
 
 class RegisterResponse(BaseModel):
     node: str
     node_token: str
     sync_interval: float
+    # a new node credential when the name was registered for the first time (or after
+    # ``corral reset-node``): keep it and present it at every later registration; else None
+    credential: str | None = None
+    log_cap: int  # bytes of each task's log the server keeps (the agent may drop more)
 
 
 class TaskReport(Strict):
@@ -61,9 +67,16 @@ class TaskReport(Strict):
     exit_code: Int64 | None = None
     started_at: float | None = None
     ended_at: float | None = None
+    peak_memory: Int64 | None = None  # bytes: the task's highest memory use so far
+    cpu_seconds: float | None = Field(default=None, ge=0)  # CPU time used so far
+    reason: str | None = Field(default=None, max_length=1024)  # why it ended, if it did
 
 
 class LogChunk(Strict):
+    """Bytes of a task's log from ``offset``. An offset past the bytes the server holds
+    (the ack's ``log_offset``) means the agent dropped the bytes in between (past the
+    log cap); the server accepts the chunk and records the gap as dropped."""
+
     job_id: Int64
     attempt: Int64
     rank: Int64
@@ -109,6 +122,11 @@ class DesiredTask(BaseModel):
     workdir: str | None
     grace_period: float
     gpus: list[int] = Field(default_factory=list)  # device indices the task holds on this node
+    user: str | None = None  # the Unix account the task runs as (the job's)
+    # this task's share of the job's per-node resources.cpus / memory (bytes); None or 0:
+    # the job asked for none, no limit
+    cpus: float | None = None
+    memory: int | None = None
 
 
 class TaskAck(BaseModel):
@@ -123,6 +141,7 @@ class SyncResponse(BaseModel):
     tasks: list[DesiredTask]
     acks: list[TaskAck]
     sync_interval: float
+    log_cap: int  # bytes of each task's log the server keeps (the agent may drop more)
 
 
 class WatchResponse(BaseModel):

@@ -42,6 +42,9 @@ class TaskOut(BaseModel):
     exit_code: int | None = None
     started_at: float | None = None
     ended_at: float | None = None
+    peak_memory: int | None = None  # bytes: the highest memory use the agent reported
+    cpu_seconds: float | None = None  # CPU time used, as the agent reported
+    reason: str | None = None  # why it ended, as the agent reported (out of memory...)
 
 
 class EventOut(BaseModel):
@@ -66,6 +69,7 @@ class JobOut(BaseModel):
     user: str
     queue: str
     state: str
+    unix_user: str | None = None  # the Unix account its tasks run as (None: older jobs)
     priority: int
     priority_class: str | None
     preemptible: bool
@@ -172,9 +176,14 @@ class QueueList(BaseModel):
     queues: list[QueueOut]
 
 
+UNIX_NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*\$?$"  # a POSIX-style account name
+
+
 class TokenCreate(Strict):
     user: str = Field(min_length=1, max_length=128)
     role: str = Field(default="user", pattern="^(admin|user)$")
+    # the Unix account the user's jobs run as on the nodes; None: the user name itself
+    unix_user: str | None = Field(default=None, min_length=1, max_length=128, pattern=UNIX_NAME)
 
 
 class TokenOut(BaseModel):
@@ -184,6 +193,7 @@ class TokenOut(BaseModel):
     created_at: float
     revoked_at: float | None
     token: str | None = None  # only when just created
+    unix_user: str | None = None  # the account its jobs run as (None: ``user``)
 
 
 class TokenList(BaseModel):
@@ -238,6 +248,8 @@ class UsageRow(BaseModel):
     avg_wait: float | None  # seconds from submission to first start (started jobs)
     max_wait: float | None
     preemptions: int
+    cpu_seconds: float = 0.0  # CPU time the tasks used (as their agents reported)
+    peak_memory: int | None = None  # bytes: the highest any one task reached
     queue: str | None = None  # by=job: the job's queue, user and name
     user: str | None = None
     name: str | None = None

@@ -11,7 +11,10 @@ from corral.core.idle import IdleAction, IdlePolicy
 from corral.core.job import PlacementPolicy
 from corral.errors import ValidationError
 from corral.scheduling.config import (
+    DEFAULT_MAX_PENDING_PER_USER,
     DEFAULT_PRIORITY_CLASSES,
+    DEFAULT_SUBMISSION_BURST,
+    DEFAULT_SUBMISSIONS_PER_SECOND,
     Limits,
     PluginRef,
     Policy,
@@ -81,11 +84,21 @@ class PolicyModel(Strict):
 
 
 class LimitsModel(Strict):
-    max_pending_per_user: int | None = Field(default=None, ge=0)
+    """``limits:``; a key left out keeps its default (``scheduling.config.Limits``), and
+    ``null`` means unlimited."""
+
+    max_pending_per_user: int | None = Field(default=DEFAULT_MAX_PENDING_PER_USER, ge=0)
     max_pending_per_queue: int | None = Field(default=None, ge=0)
-    submissions_per_second: float | None = Field(default=None, gt=0)
-    submission_burst: int | None = Field(default=None, ge=1)
+    submissions_per_second: float | None = Field(default=DEFAULT_SUBMISSIONS_PER_SECOND, gt=0)
+    submission_burst: int | None = Field(default=DEFAULT_SUBMISSION_BURST, ge=1)
     max_request_bytes: Size = Field(default=1 << 20, ge=1024)
+
+    def to_limits(self) -> Limits:
+        values = self.model_dump()
+        configured = self.model_fields_set
+        if "submissions_per_second" in configured and "submission_burst" not in configured:
+            values["submission_burst"] = None  # a rate set alone: a burst of that rate
+        return Limits(**values, configured=frozenset(configured))
 
 
 class PluginModel(Strict):
@@ -150,7 +163,7 @@ class SchedulerConfigModel(Strict):
                 idle=p.idle.to_policy(),
             ),
             plugins=tuple(PluginRef(x.name, x.weight, tuple(x.args.items())) for x in self.plugins),
-            limits=Limits(**self.limits.model_dump()),
+            limits=self.limits.to_limits(),
         )
 
 

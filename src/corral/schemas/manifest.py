@@ -25,6 +25,7 @@ EnvKey = Annotated[str, Field(max_length=1024)]
 MAX_ARGS = 4096
 MAX_ENV = 1024
 MAX_SELECTOR = 64
+MAX_DURATION = 366 * 86400.0  # time_limit, runtime_estimate, grace_period: at most a year
 
 
 class Resources(Strict):
@@ -83,6 +84,13 @@ class JobManifest(Strict):
             isinstance(value, list) and not value
         ):
             raise ValueError("must not be empty")
+        return value
+
+    @field_validator("time_limit", "runtime_estimate", "grace_period")
+    @classmethod
+    def _bounded(cls, value: float | None) -> float | None:
+        if value is not None and value > MAX_DURATION:
+            raise ValueError(f"at most 366 days ({MAX_DURATION:.0f}s), got {value:.6g}s")
         return value
 
     @field_validator("env")

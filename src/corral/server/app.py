@@ -19,6 +19,7 @@ from corral.server.audit import AuditMiddleware, BodyLimitMiddleware
 from corral.server.context import Context, ServerSettings
 from corral.server.db.engine import make_engine, migrate, session_factory
 from corral.server.errors import install_error_handlers
+from corral.server.home import secure_home
 from corral.server.leader import Leadership
 from corral.server.loop import ControlLoop
 from corral.server.routers import agent, cluster, events, jobs, monitoring
@@ -33,7 +34,9 @@ log = logging.getLogger("corral.server")
 
 def build_context(settings: ServerSettings) -> Context:
     """Open (and migrate) the database, load the configuration, bootstrap tokens and the
-    job-token key (shared by every replica through the database)."""
+    job-token key (shared by every replica through the database). ``$CORRAL_HOME`` is
+    made 0700 and a SQLite database 0600: they hold secrets."""
+    secure_home(settings.home)
     text = settings.config_path.read_text() if settings.config_path else None
     config = load_config(text, str(settings.config_path or "scheduler config"))
     engine = make_engine(settings.db_url)

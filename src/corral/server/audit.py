@@ -79,8 +79,8 @@ class AuditMiddleware:
                     "role": entry.get("role"),
                     "token_id": entry.get("token_id"),
                     "method": scope["method"],
-                    "path": path[:1024],
-                    "target": None if target is None else str(target)[:253],
+                    "path": _printable(path)[:1024],
+                    "target": None if target is None else _printable(str(target))[:253],
                     "status": entry["status"],
                 }
             )
@@ -95,6 +95,11 @@ class AuditMiddleware:
             await self.app(scope, receive, sending)
         finally:
             queue_entry()
+
+
+def _printable(text: str) -> str:
+    """``text`` without NUL characters (PostgreSQL refuses them; a path may carry one)."""
+    return text.replace("\0", "\\x00")
 
 
 class BodyLimitMiddleware:

@@ -49,6 +49,9 @@ class ServerSettings:
     lease_ttl: float = 4.0  # seconds the scheduler leader's lease lasts without renewal
     advertise: str | None = None  # the URL other parties reach this replica at
     token_cache_ttl: float = DEFAULT_TTL  # seconds; a revocation elsewhere shows here within
+    max_grace_period: float = 600.0  # seconds; a job asking for more is refused (422)
+    log_cap: int = 100 * 10**6  # bytes of each task's log kept; past it the oldest go
+    allow_root_jobs: bool = False  # run jobs whose Unix account is root (else 403)
 
     @property
     def url(self) -> str:

@@ -1,4 +1,8 @@
-"""Tests for ProcessSupervisor with real child processes and real signals."""
+"""Tests for ProcessSupervisor with real child processes and real signals.
+
+Tests taking the ``h`` fixture run twice: with tasks as bare process groups (the fallback)
+and, where this host allows (root, a writable cgroupfs), with a cgroup per task.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +11,21 @@ import signal
 import sys
 import textwrap
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
 import pytest
 
-from corral.agent.supervisor import ProcessSupervisor, TaskLaunch, TaskState, TaskStatus
+from corral.agent.cgroups import CgroupManager, probe_cgroups
+from corral.agent.supervisor import (
+    MAX_GRACE,
+    ProcessSupervisor,
+    TaskLaunch,
+    TaskState,
+    TaskStatus,
+)
 
 pytestmark = [
     pytest.mark.timeout(60),
@@ -100,10 +112,11 @@ def read_pids(path: Path, count: int) -> list[int]:
 class Harness:
     """A supervisor plus helpers to build launches and wait on tasks."""
 
-    def __init__(self, tmp_path: Path) -> None:
+    def __init__(self, tmp_path: Path, cgroups: CgroupManager | None = None) -> None:
         self.tmp = tmp_path
         self.exits: list[str] = []
-        self.sup = ProcessSupervisor(on_exit=self.exits.append)
+        self.cgroups = cgroups
+        self.sup = ProcessSupervisor(on_exit=self.exits.append, cgroups=cgroups)
 
     def launch(
         self,
@@ -139,14 +152,23 @@ class Harness:
         return (self.tmp / "logs" / f"{key.replace('/', '_')}.log").read_text()
 
 
-@pytest.fixture
-def h(tmp_path: Path) -> Iterator[Harness]:
-    harness = Harness(tmp_path)
+@pytest.fixture(params=["group", "cgroup"])
+def h(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Harness]:
+    cgroups = None
+    if request.param == "cgroup":
+        probe = probe_cgroups(f"t{uuid.uuid4().hex[:10]}")
+        if probe.manager is None:
+            pytest.skip(probe.line)
+        cgroups = probe.manager
+    harness = Harness(tmp_path, cgroups)
     yield harness
     pgids = [s.pid for s in harness.sup.poll() if s.pid is not None]
     harness.sup.stop_all(grace_period=0, wait=True)
     assert all(s.state is TaskState.EXITED for s in harness.sup.poll())
     wait_for(lambda: not any(group_members(p) for p in pgids), what="no stray processes")
+    if cgroups is not None:
+        assert cgroups.list_tasks() == []  # an EXITED task's cgroup is removed
+        assert cgroups.remove_root()
 
 
 @pytest.mark.parametrize("code", [0, 3])
@@ -214,7 +236,8 @@ def test_stop_with_grace_override_and_repeated_stop_shortens_deadline(h: Harness
 def test_stop_kills_whole_shell_tree(h: Harness) -> None:
     pid = h.start("sh", "sleep 1000 & sleep 1000; wait", grace=2.0).pid
     assert pid is not None
-    members = wait_for(lambda: len(group_members(pid)) == 3 and group_members(pid), what="tree")
+    # the shim (pid), the shell running the command, its two sleeps
+    members = wait_for(lambda: len(group_members(pid)) == 4 and group_members(pid), what="tree")
 
     h.sup.stop("sh")
     status = h.wait_exited("sh")
@@ -468,3 +491,41 @@ def test_tasks_start_from_the_given_base_environment(tmp_path: Path) -> None:
         assert time.monotonic() < deadline
         time.sleep(0.05)
     assert log.read_text().strip() == "['KEEP', 'X']"
+
+
+def test_grace_period_is_capped(h: Harness) -> None:
+    ready = h.tmp / "ready"
+    h.start("g", py(STUBBORN, ready), grace=10**9)
+    wait_for(ready.exists, what="child ready")
+    h.sup.stop("g")
+    task = h.sup._tasks["g"]  # the deadline is internal: there is no clock to wait on
+    assert task.kill_deadline is not None
+    assert task.kill_deadline - time.monotonic() <= MAX_GRACE
+    h.sup.stop("g", grace_period=0)
+    assert h.wait_exited("g").exit_code == 137
+
+
+def test_stop_right_after_start_is_not_lost(h: Harness) -> None:
+    # A SIGTERM that reaches the task while its shim is still starting the command (or a
+    # fork of the shim not yet exec'd) must still end it, not wait for the deadline.
+    for i in range(10):
+        key = f"early{i}"
+        h.start(key, py(GRACEFUL, h.tmp / key), grace=60.0)
+        h.sup.stop(key)
+        status = h.wait_exited(key, timeout=20)
+        assert status.exit_code in (0, 128 + signal.SIGTERM)
+
+
+def test_usage_is_reported(h: Harness) -> None:
+    code = """
+    import time
+    data = b"x" * (64 << 20)
+    start = time.process_time()
+    while time.process_time() - start < 0.2:
+        pass
+    """
+    h.start("u", py(code))
+    status = h.wait_exited("u", timeout=30)
+    assert status.exit_code == 0
+    assert status.peak_memory is not None and status.peak_memory >= 64 << 20
+    assert status.cpu_seconds is not None and status.cpu_seconds >= 0.2

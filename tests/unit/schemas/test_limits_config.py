@@ -30,9 +30,28 @@ def test_limits_and_allow_lists_are_read() -> None:
     assert (team.max_pending, team.max_pending_per_user) == (10, 2)
     assert config.queue("open").users is None and config.queue("open").allows("eve")
     assert config.limits == Limits(
-        max_pending_per_user=100, submissions_per_second=5.0, max_request_bytes=65536
+        max_pending_per_user=100,
+        submissions_per_second=5.0,
+        submission_burst=None,  # a rate set alone: a burst of that rate
+        max_request_bytes=65536,
+        configured=frozenset(
+            {"max_pending_per_user", "submissions_per_second", "max_request_bytes"}
+        ),
     )
     assert load_config(None).limits == Limits()
+
+
+def test_default_limits_bind_users_and_configured_ones_bind_admins_too() -> None:
+    defaults = load_config(None).limits
+    assert (defaults.max_pending_per_user, defaults.submissions_per_second) == (10_000, 50.0)
+    assert defaults.submission_burst == 500 and defaults.for_caller(admin=False) == defaults
+    admin = defaults.for_caller(admin=True)
+    assert admin.max_pending_per_user is admin.submissions_per_second is None
+    assert admin.submission_burst is None
+    configured = load_config(YAML).limits.for_caller(admin=True)
+    assert (configured.max_pending_per_user, configured.submissions_per_second) == (100, 5.0)
+    unlimited = load_config("limits: {max_pending_per_user: null}").limits
+    assert unlimited.max_pending_per_user is None and unlimited.submissions_per_second == 50.0
 
 
 @pytest.mark.parametrize(

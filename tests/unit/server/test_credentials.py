@@ -65,10 +65,20 @@ def test_submission_bucket_refills_at_the_rate_per_user() -> None:
         limiter.take("a", limits)
 
 
-def test_no_rate_configured_means_unlimited() -> None:
+def test_no_rate_means_unlimited() -> None:
     limiter = SubmitLimiter(clock=FakeClock())
     for _ in range(1000):
-        limiter.take("a", Limits())
+        limiter.take("a", Limits(submissions_per_second=None))
+
+
+def test_users_get_a_default_rate_and_admins_do_not() -> None:
+    limiter = SubmitLimiter(clock=FakeClock())
+    for _ in range(500):  # the default burst
+        limiter.take("user", Limits())
+    with pytest.raises(LimitExceededError, match="50 job\\(s\\) per second \\(burst 500\\)"):
+        limiter.take("user", Limits())
+    for _ in range(1000):
+        limiter.take("admin", Limits().for_caller(admin=True))
 
 
 @pytest.mark.parametrize(

@@ -9,16 +9,18 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import importlib.util
+import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 from corral.errors import ValidationError
+from corral.server.home import secure_sqlite_file
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 MIGRATION_LOCK_KEY = 0x636F7272616C  # "corral": the advisory lock replicas migrate under
@@ -38,12 +40,18 @@ def normalize_url(url: str) -> str:
 def make_engine(url: str) -> Engine:
     url = normalize_url(url)
     if url.startswith("sqlite"):
-        path = url.removeprefix("sqlite:///")
-        if path and path != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        path = make_url(url).database
+        file = path if path and path != ":memory:" and not path.startswith("file:") else None
+        if file:
+            Path(file).parent.mkdir(parents=True, exist_ok=True)
         engine = create_engine(
             url, connect_args={"check_same_thread": False, "timeout": 30}, pool_size=8
         )
+
+        @event.listens_for(engine, "do_connect")
+        def _private(*_args: object) -> None:
+            if file:  # mode 0600 (and its -wal, -shm): it holds token hashes and keys
+                secure_sqlite_file(Path(file))
 
         @event.listens_for(engine, "connect")
         def _pragmas(dbapi_conn, _record) -> None:  # noqa: ANN001
@@ -172,7 +180,8 @@ def _migration_lock(engine: Engine) -> Iterator[None]:
     if not path or path == ":memory:":
         yield
         return
-    with open(f"{path}.migrate.lock", "a") as handle:
+    fd = os.open(f"{path}.migrate.lock", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    with os.fdopen(fd, "a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield

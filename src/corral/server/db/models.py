@@ -51,6 +51,8 @@ class JobRow(Base):
     idle_since: Mapped[float | None] = mapped_column(Float)  # GPUs near 0% since then
     idle: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     updated_at: Mapped[float] = mapped_column(Float)
+    # the Unix account its tasks run as, fixed at submission (None: jobs from before)
+    unix_user: Mapped[str | None] = mapped_column(String(128))
 
 
 class TaskRow(Base):
@@ -81,7 +83,13 @@ class TaskRow(Base):
     started_at: Mapped[float | None] = mapped_column(Float)
     ended_at: Mapped[float | None] = mapped_column(Float)
     released: Mapped[bool] = mapped_column(Boolean, default=False)
-    log_size: Mapped[int] = mapped_column(BigInteger, default=0)
+    log_size: Mapped[int] = mapped_column(BigInteger, default=0)  # bytes, dropped ones too
+    # bytes of the log not stored: the oldest, deleted past the log cap, and any the agent
+    # skipped (past its own cap)
+    log_dropped: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    peak_memory: Mapped[int | None] = mapped_column(BigInteger)  # bytes, as the agent reported
+    cpu_seconds: Mapped[float | None] = mapped_column(Float)
+    reason: Mapped[str | None] = mapped_column(Text)  # why it ended, as the agent reported
     # GPU-seconds actually used: allocated GPU time weighted by reported utilization
     gpu_seconds_used: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
 
@@ -133,6 +141,9 @@ class NodeRow(Base):
     reason: Mapped[str | None] = mapped_column(Text)
     # GPU error counters already acted on, by GPU index: {"3": [ecc, xid]}
     gpu_errors: Mapped[dict | None] = mapped_column(JSON)
+    # the hash of the node credential its first agent received; a later registration of
+    # the name must present it (None: the next registration takes the name)
+    credential_hash: Mapped[str | None] = mapped_column(String(64))
 
 
 class QueueUsageRow(Base):
@@ -158,6 +169,7 @@ class TokenRow(Base):
     secret_hash: Mapped[str] = mapped_column(String(64), unique=True)
     created_at: Mapped[float] = mapped_column(Float)
     revoked_at: Mapped[float | None] = mapped_column(Float)
+    unix_user: Mapped[str | None] = mapped_column(String(128))  # None: the user's own name
 
 
 class LeaseRow(Base):

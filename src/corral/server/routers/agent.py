@@ -12,6 +12,7 @@ from corral.schemas.agent import (
     SyncResponse,
     WatchResponse,
 )
+from corral.schemas.common import SafeStr
 from corral.server.audit import note
 from corral.server.context import Context
 from corral.server.db.models import TokenRow
@@ -29,11 +30,17 @@ def register(
     ctx: Context = Depends(context),
     _: TokenRow = Depends(joiner),
 ) -> RegisterResponse:
+    """Register a node (its name is bound to the node credential its first registration
+    returns: later ones must present it); answers with a new node token."""
     note(request, target=body.name)
-    NodeService(ctx).register(body)
+    credential = NodeService(ctx).register(body)
     _, secret = TokenService(ctx).create(f"node:{body.name}", "node", node=body.name)
     return RegisterResponse(
-        node=body.name, node_token=secret, sync_interval=ctx.settings.sync_interval
+        node=body.name,
+        node_token=secret,
+        sync_interval=ctx.settings.sync_interval,
+        credential=credential,
+        log_cap=ctx.settings.log_cap,
     )
 
 
@@ -48,7 +55,7 @@ def sync(
 
 @router.get("/watch", response_model=WatchResponse)
 async def watch(
-    node: str,
+    node: SafeStr,
     since: int = Query(-1, description="the version the agent last saw"),
     timeout: float = Query(30.0, ge=0, le=300),
     ctx: Context = Depends(context),

@@ -20,10 +20,11 @@ from corral.schemas.api import (
     TokenOut,
     WhoAmI,
 )
+from corral.schemas.common import SafeStr
 from corral.server.audit import note
 from corral.server.context import Context
 from corral.server.db.models import TokenRow
-from corral.server.deps import admin, any_token, context, user
+from corral.server.deps import admin, any_token, context, owner_of, user
 from corral.server.services.audit import list_audit
 from corral.server.services.auth import TokenService
 from corral.server.services.nodes import NodeService
@@ -58,24 +59,41 @@ def health(ctx: Context = Depends(context)) -> Health:
     )
 
 
+NodeName = Annotated[SafeStr, Path(max_length=253, description="the node's name")]
+
+
 @router.get("/nodes", response_model=NodeList, tags=["nodes"])
-def nodes(ctx: Context = Depends(context), _: TokenRow = Depends(user)) -> NodeList:
-    return NodeList(nodes=NodeService(ctx).list())
+def nodes(ctx: Context = Depends(context), token: TokenRow = Depends(user)) -> NodeList:
+    """Every node; the jobs on them are named to their owners (and admins) only."""
+    return NodeList(nodes=NodeService(ctx).list(owner_of(token)))
 
 
 @router.get("/nodes/{name}", response_model=NodeOut, tags=["nodes"])
-def node(name: str, ctx: Context = Depends(context), _: TokenRow = Depends(user)) -> NodeOut:
-    return NodeService(ctx).get(name)
+def node(
+    name: NodeName, ctx: Context = Depends(context), token: TokenRow = Depends(user)
+) -> NodeOut:
+    """One node; the jobs on it are named to their owners (and admins) only."""
+    return NodeService(ctx).get(name, owner_of(token))
 
 
 @router.post("/nodes/{name}/drain", response_model=NodeOut, tags=["nodes"])
-def drain(name: str, ctx: Context = Depends(context), _: TokenRow = Depends(admin)) -> NodeOut:
+def drain(name: NodeName, ctx: Context = Depends(context), _: TokenRow = Depends(admin)) -> NodeOut:
     return NodeService(ctx).set_draining(name, True)
 
 
 @router.post("/nodes/{name}/undrain", response_model=NodeOut, tags=["nodes"])
-def undrain(name: str, ctx: Context = Depends(context), _: TokenRow = Depends(admin)) -> NodeOut:
+def undrain(
+    name: NodeName, ctx: Context = Depends(context), _: TokenRow = Depends(admin)
+) -> NodeOut:
     return NodeService(ctx).set_draining(name, False)
+
+
+@router.post("/nodes/{name}/reset", response_model=NodeOut, tags=["nodes"])
+def reset(name: NodeName, ctx: Context = Depends(context), _: TokenRow = Depends(admin)) -> NodeOut:
+    """Free the node's name for a new agent (a reinstalled host): its node credential is
+    forgotten, its node token revoked, its live tasks lost (requeued or failed), and it
+    stays lost until an agent registers the name, which then receives a new credential."""
+    return NodeService(ctx).reset(name)
 
 
 @router.get("/queues", response_model=QueueList, tags=["queues"])
@@ -90,7 +108,7 @@ def create_token(
     ctx: Context = Depends(context),
     _: TokenRow = Depends(admin),
 ) -> TokenOut:
-    row, secret = TokenService(ctx).create(body.user, body.role)
+    row, secret = TokenService(ctx).create(body.user, body.role, unix_user=body.unix_user)
     note(request, target=row.id)
     return _token_out(row, secret)
 
@@ -121,7 +139,7 @@ def whoami(token: TokenRow = Depends(any_token)) -> WhoAmI:
 
 @router.get("/audit", response_model=AuditList, tags=["audit"])
 def audit(
-    user: str | None = Query(None, max_length=128, description="only this user's calls"),
+    user: SafeStr | None = Query(None, max_length=128, description="only this user's calls"),
     since: float | None = Query(None, description="only calls at or after (Unix time)"),
     limit: int = Query(100, ge=1, le=10_000),
     ctx: Context = Depends(context),
@@ -139,4 +157,5 @@ def _token_out(row: TokenRow, secret: str | None = None) -> TokenOut:
         created_at=row.created_at,
         revoked_at=row.revoked_at,
         token=secret,
+        unix_user=row.unix_user,
     )

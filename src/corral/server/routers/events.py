@@ -9,6 +9,7 @@ from fastapi.responses import StreamingResponse
 
 from corral.errors import ValidationError
 from corral.schemas.api import EventList
+from corral.schemas.common import SafeStr
 from corral.server.context import Context
 from corral.server.db.models import TokenRow
 from corral.server.deps import context, owner_of, user
@@ -24,7 +25,7 @@ def events(
     since_id: int | None = Query(None, ge=0, le=MAX_ID, description="events after this id"),
     limit: int = Query(100, ge=1, le=10_000),
     entity: Entity | None = None,
-    entity_id: str | None = None,
+    entity_id: SafeStr | None = Query(None, max_length=253),
     ctx: Context = Depends(context),
     token: TokenRow = Depends(user),
 ) -> EventList:
@@ -41,7 +42,7 @@ async def stream(
     request: Request,
     since_id: int | None = Query(None, ge=0, le=MAX_ID, description="replay events after this id"),
     entity: Entity | None = None,
-    entity_id: str | None = None,
+    entity_id: SafeStr | None = Query(None, max_length=253),
     last_event_header: str | None = Header(None, alias="Last-Event-ID"),
     ctx: Context = Depends(context),
     token: TokenRow = Depends(user),

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
 
 from corral.errors import PermissionDeniedError
 from corral.schemas.api import AdviceOut, CheckpointIn, JobList, JobOut, LogOut
+from corral.schemas.common import SafeStr
 from corral.schemas.manifest import JobManifest
 from corral.server.audit import note
 from corral.server.context import Context
@@ -51,7 +52,11 @@ async def submit(
     answers 200 with the job the first submission created. Stored by the batched writer
     (``services.intake``): the event loop only waits."""
     job, created = await ctx.intake.submit_async(
-        manifest, token.user, admin=token.role == "admin", key=idempotency_key
+        manifest,
+        token.user,
+        admin=token.role == "admin",
+        key=idempotency_key,
+        unix_user=token.unix_user or token.user,
     )
     note(request, target=job.id)
     if not created:
@@ -62,8 +67,8 @@ async def submit(
 @router.get("", response_model=JobList)
 def list_jobs(
     all: bool = Query(False, description="include ended jobs"),
-    queue: str | None = None,
-    state: str | None = None,
+    queue: SafeStr | None = Query(None, max_length=253),
+    state: SafeStr | None = Query(None, max_length=16),
     limit: int = Query(1000, ge=1, le=100_000),
     ctx: Context = Depends(context),
     token: TokenRow = Depends(user),

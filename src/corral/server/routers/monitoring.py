@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Path, Query
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from corral.schemas.api import TelemetryOut, UsageOut
+from corral.schemas.common import SafeStr
 from corral.server.context import Context
 from corral.server.db.models import TokenRow
 from corral.server.deps import context, owner_of, user
@@ -23,14 +24,15 @@ metrics_router = APIRouter()
 
 @router.get("/nodes/{name}/telemetry", response_model=TelemetryOut, tags=["nodes"])
 def node_samples(
-    name: str,
+    name: Annotated[SafeStr, Path(max_length=253)],
     since: float = Query(0.0, description="samples taken after this time (epoch seconds)"),
     ctx: Context = Depends(context),
-    _: TokenRow = Depends(user),
+    token: TokenRow = Depends(user),
 ) -> TelemetryOut:
-    """Recent per-GPU samples of a node (the server keeps a bounded history)."""
+    """Recent per-GPU samples of a node (the server keeps a bounded history); the jobs
+    on its GPUs are named to their owners (and admins) only."""
     NodeService(ctx).get(name)  # 404 for an unknown node
-    return TelemetryOut(samples=node_telemetry(ctx, name, since))
+    return TelemetryOut(samples=node_telemetry(ctx, name, since, owner_of(token)))
 
 
 @router.get("/jobs/{job_id}/telemetry", response_model=TelemetryOut, tags=["jobs"])

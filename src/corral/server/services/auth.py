@@ -93,7 +93,12 @@ class TokenService:
         write_secret(home / ADMIN_TOKEN_FILE, admin[1])
         write_secret(home / JOIN_TOKEN_FILE, join[1])
 
-    def create(self, user: str, role: str, node: str | None = None) -> tuple[TokenRow, str]:
+    def create(
+        self, user: str, role: str, node: str | None = None, unix_user: str | None = None
+    ) -> tuple[TokenRow, str]:
+        """A new token (its secret is returned once); ``unix_user``: the account the
+        user's jobs run as (default: ``user``); ``node``: a node credential (the node's
+        earlier ones are revoked)."""
         with self.ctx.sessions.begin() as session:
             if node is not None:  # one live credential per node
                 session.execute(
@@ -101,19 +106,25 @@ class TokenService:
                     .where(TokenRow.node == node, TokenRow.revoked_at.is_(None))
                     .values(revoked_at=self.ctx.clock())
                 )
-            created = self._create(session, user, role, node)
+            created = self._create(session, user, role, node, unix_user)
         if node is not None:
             self.ctx.tokens.clear()
         return created
 
     def _create(
-        self, session: Session, user: str, role: str, node: str | None = None
+        self,
+        session: Session,
+        user: str,
+        role: str,
+        node: str | None = None,
+        unix_user: str | None = None,
     ) -> tuple[TokenRow, str]:
         secret = new_secret("crn" if role == "node" else "crl")
         row = TokenRow(
             user=user,
             role=role,
             node=node,
+            unix_user=unix_user,
             secret_hash=hash_secret(secret),
             created_at=self.ctx.clock(),
         )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import Row, select
@@ -212,6 +212,9 @@ def task_out(row: TaskRow, devices: Sequence[Mapping[str, Any]] = ()) -> TaskOut
         exit_code=row.exit_code,
         started_at=row.started_at,
         ended_at=row.ended_at,
+        peak_memory=row.peak_memory,
+        cpu_seconds=row.cpu_seconds,
+        reason=row.reason,
     )
 
 
@@ -233,6 +236,7 @@ def job_out(
         user=row.user,
         queue=row.queue,
         state=row.state,
+        unix_user=row.unix_user,
         priority=row.priority,
         priority_class=row.priority_class,
         preemptible=row.preemptible,
@@ -295,7 +299,12 @@ def _attempts(tasks: Sequence[TaskRow], events: Sequence[EventRow]) -> list[Atte
     return result
 
 
-def node_out(row: NodeRow, held: Sequence[TaskRow]) -> NodeOut:
+def node_out(
+    row: NodeRow, held: Sequence[TaskRow], visible: Callable[[int], bool] | None = None
+) -> NodeOut:
+    """The API view of a node with the tasks ``held`` on it. With ``visible``, only the
+    job ids it admits are named (a user sees their own jobs; the devices' use still
+    counts every job)."""
     used: dict[int, list[int]] = defaultdict(list)
     share: dict[int, float] = defaultdict(float)
     instances = {d["index"]: len(d.get("mig") or ()) for d in row.devices}
@@ -312,7 +321,7 @@ def node_out(row: NodeRow, held: Sequence[TaskRow]) -> NodeOut:
             memory=d["memory"],
             nvlink_domain=d.get("nvlink_domain", 0),
             uuid=d.get("uuid"),
-            used_by=sorted(set(used.get(d["index"], []))),
+            used_by=sorted({j for j in used.get(d["index"], []) if visible is None or visible(j)}),
             share_used=round(min(1.0, share.get(d["index"], 0.0)), 3),
             kind=d.get("kind", "gpu"),
         )
@@ -335,7 +344,7 @@ def node_out(row: NodeRow, held: Sequence[TaskRow]) -> NodeOut:
         labels=dict(row.labels),
         attributes=dict(row.attributes or {}),
         last_heartbeat=row.last_heartbeat,
-        jobs=sorted({t.job_id for t in held}),
+        jobs=sorted({t.job_id for t in held if visible is None or visible(t.job_id)}),
         devices=devices,
         reason=row.reason,
     )

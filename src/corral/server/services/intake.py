@@ -40,7 +40,9 @@ from corral.errors import (
     LimitExceededError,
     PermissionDeniedError,
     UnschedulableError,
+    ValidationError,
 )
+from corral.scheduling.config import Limits, QueueConfig
 from corral.scheduling.feasibility import with_tpu_hosts
 from corral.schemas.api import JobOut
 from corral.schemas.manifest import JobManifest
@@ -63,11 +65,13 @@ class Submission:
     user: str
     admin: bool
     key: str | None
+    unix_user: str | None = None  # the account its tasks run as; None: ``user``
     digest: str = field(init=False)  # of the manifest, with a key (to tell a retry)
     future: Future[tuple[JobOut, bool]] = field(default_factory=Future)
 
     def __post_init__(self) -> None:
         self.digest = manifest_hash(self.manifest) if self.key is not None else ""
+        self.unix_user = self.unix_user or self.user
 
 
 _JOBS = JobRow.__table__
@@ -111,16 +115,27 @@ class Intake:
         return submission.future
 
     def submit(
-        self, manifest: JobManifest, user: str, admin: bool = False, key: str | None = None
+        self,
+        manifest: JobManifest,
+        user: str,
+        admin: bool = False,
+        key: str | None = None,
+        unix_user: str | None = None,
     ) -> tuple[JobOut, bool]:
         """Store one submission and wait for it (see ``JobService.submit``)."""
-        return self.put(Submission(manifest, user, admin, key)).result()
+        return self.put(Submission(manifest, user, admin, key, unix_user)).result()
 
     async def submit_async(
-        self, manifest: JobManifest, user: str, admin: bool = False, key: str | None = None
+        self,
+        manifest: JobManifest,
+        user: str,
+        admin: bool = False,
+        key: str | None = None,
+        unix_user: str | None = None,
     ) -> tuple[JobOut, bool]:
         """:meth:`submit` for the event loop: waits without holding a thread."""
-        return await asyncio.wrap_future(self.put(Submission(manifest, user, admin, key)))
+        submission = Submission(manifest, user, admin, key, unix_user)
+        return await asyncio.wrap_future(self.put(submission))
 
     def close(self) -> None:
         """Store what is queued and stop the thread."""
@@ -228,14 +243,17 @@ class Intake:
         """The job row's values if ``sub`` may be stored; else the refusal (raised)."""
         config, manifest = self.ctx.config, sub.manifest
         spec = manifest.to_spec()
+        self._check_identity(sub)
+        self._check_grace_period(spec.grace_period)
         queue_config = config.queue(spec.queue)
         if not sub.admin and not queue_config.allows(sub.user):
             raise PermissionDeniedError(
                 f"queue: {sub.user} may not submit to queue {queue_config.name!r}"
             )
         priority, preemptible = config.resolve_priority(spec.priority, spec.preemptible)
-        self.ctx.submissions.take(sub.user, config.limits)
-        pending.check(config, sub.user, queue_config)
+        limits = config.limits.for_caller(sub.admin)
+        self.ctx.submissions.take(sub.user, limits)
+        pending.check(limits, sub.user, queue_config)
         if spec.tpu is not None:  # a TPU slice: as many nodes as the box has hosts
             spec = with_tpu_hosts(spec, self.ctx.catalog.shapes(session, now))
             manifest = manifest.model_copy(update={"nodes": spec.nodes or None})
@@ -258,7 +276,27 @@ class Intake:
             "reason": FIRST_REASON,
             "updated_at": now,
             "idle": False,
+            "unix_user": sub.unix_user,
         }
+
+    def _check_identity(self, sub: Submission) -> None:
+        """Jobs never run as root unless the server allows it."""
+        if sub.unix_user == "root" and not self.ctx.settings.allow_root_jobs:
+            mapped = "" if sub.unix_user == sub.user else f" (user {sub.user} is mapped to it)"
+            raise PermissionDeniedError(
+                f"the cluster does not run jobs as root: this job's Unix account is root"
+                f"{mapped}; an admin can start the server with --allow-root-jobs, or map the "
+                f"user to another account with `corral token create --user {sub.user} "
+                "--unix-user NAME`"
+            )
+
+    def _check_grace_period(self, grace_period: float) -> None:
+        cap = self.ctx.settings.max_grace_period
+        if grace_period > cap:
+            raise ValidationError(
+                f"grace_period: {grace_period:g}s is more than this cluster's maximum of "
+                f"{cap:g}s (corral server --max-grace-period)"
+            )
 
     def _lost_race(self, sub: Submission, exc: IntegrityError) -> Any:
         """A lone submission whose key another replica stored first: that job, else
@@ -295,8 +333,9 @@ class _PendingCounts:
         self.session = session
         self._counts: dict[tuple[str, ...], int] = {}
 
-    def check(self, config: Any, user: str, queue_config: Any) -> None:
-        limits = config.limits
+    def check(self, limits: Limits, user: str, queue_config: QueueConfig) -> None:
+        """``LimitExceededError`` if one more pending job of ``user`` in ``queue_config``
+        would pass a limit (``limits``: the caller's, see ``Limits.for_caller``)."""
         per_queue = (
             queue_config.max_pending
             if queue_config.max_pending is not None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from corral.core.job import JobState
@@ -11,8 +11,9 @@ from corral.errors import ConflictError, NotFoundError
 from corral.schemas.api import JobOut, LogOut
 from corral.schemas.manifest import JobManifest
 from corral.server.context import Context
-from corral.server.db.models import EventRow, JobRow, LogChunkRow, NodeRow, TaskRow
+from corral.server.db.models import EventRow, JobRow, NodeRow, TaskRow
 from corral.server.services.converters import job_out, spec_of
+from corral.server.services.logs import read_log
 from corral.server.services.notify import notify_jobs
 from corral.server.services.settle import FINAL_TASK_STATES
 from corral.server.services.transitions import lock_job, move_job, record
@@ -30,6 +31,7 @@ class JobService:
         user: str,
         admin: bool = False,
         idempotency_key: str | None = None,
+        unix_user: str | None = None,
     ) -> tuple[JobOut, bool]:
         """Validate against the configuration, the caller's rights and limits, the cluster;
         then store as pending. Returns the job and whether it was created now.
@@ -38,9 +40,10 @@ class JobService:
         With ``idempotency_key``, a second submission by ``user`` with the same key returns the
         first one's job (``ConflictError`` if its manifest differs), even when both race.
         Stored by this replica's batched writer (``services.intake``), with the submissions
-        of other callers in flight.
+        of other callers in flight. Its tasks run as ``unix_user`` (default: ``user``);
+        root only where the server allows it.
         """
-        return self.ctx.intake.submit(manifest, user, admin, idempotency_key)
+        return self.ctx.intake.submit(manifest, user, admin, idempotency_key, unix_user)
 
     def owner_check(self, job_id: int, user: str | None) -> None:
         """``NotFoundError`` unless the job exists and (when ``user`` is given) is theirs:
@@ -140,7 +143,8 @@ class JobService:
     def logs(
         self, job_id: int, rank: int = 0, attempt: int | None = None, offset: int = 0
     ) -> LogOut:
-        """Bytes of one task's log from ``offset``; ``complete`` once it ended and all is here."""
+        """One task's log from ``offset`` (``services.logs``: bytes dropped past the log cap
+        read as a line that says so); ``complete`` once it ended and all is here."""
         with self.ctx.sessions() as session:
             job = self._row(session, job_id)
             if attempt is None:
@@ -159,36 +163,25 @@ class JobService:
             world = spec_of(job).world_size
             if not 0 <= rank < world:
                 raise NotFoundError(f"job {job_id} has tasks 0..{world - 1}, not {rank}")
-            chunks = session.scalars(
-                select(LogChunkRow)
-                .where(
-                    LogChunkRow.job_id == job_id,
-                    LogChunkRow.attempt == attempt,
-                    LogChunkRow.rank == rank,
-                    LogChunkRow.offset + _length(LogChunkRow) > offset,
-                )
-                .order_by(LogChunkRow.offset)
+            settings = self.ctx.settings
+            text, end = read_log(
+                session,
+                task,
+                (job_id, attempt, rank),
+                offset,
+                settings.log_chunk_limit,
+                settings.log_cap,
             )
-            data = bytearray()
-            end = offset
-            for chunk in chunks:
-                piece = chunk.data[max(0, offset - chunk.offset) :]
-                data += piece
-                end = chunk.offset + len(chunk.data)
-                if len(data) >= self.ctx.settings.log_chunk_limit:
-                    break
             final = task is not None and task.state in FINAL_TASK_STATES
             complete = (final and end >= task.log_size) or (
                 task is None and JobState(job.state).terminal and job.attempt == attempt
             )
-            if task is not None and task.log_size > end:
-                complete = False
         return LogOut(
             job_id=job_id,
             attempt=attempt,
             task=rank,
-            offset=max(end, offset),
-            data=bytes(data).decode("utf-8", errors="replace"),
+            offset=end,
+            data=text,
             complete=complete,
         )
 
@@ -208,7 +201,3 @@ class JobService:
         for task in session.scalars(select(TaskRow).where(TaskRow.job_id.in_(job_ids))):
             result.setdefault(task.job_id, []).append(task)
         return result
-
-
-def _length(model: type[LogChunkRow]):  # noqa: ANN202
-    return func.length(model.data)

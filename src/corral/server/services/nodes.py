@@ -1,32 +1,37 @@
-"""Nodes: registration, the agent sync (heartbeat, report, pull), drain, liveness."""
+"""Nodes: registration (bound to a node credential), the agent sync (heartbeat, report,
+pull), drain, reset, liveness."""
 
 from __future__ import annotations
 
 import base64
+import hmac
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from corral.core.job import JobState
 from corral.core.node import NodeState
 from corral.core.tpu import slice_env
-from corral.errors import ConflictError, NotFoundError
+from corral.errors import ConflictError, NotFoundError, PermissionDeniedError
 from corral.schemas.agent import (
     DesiredTask,
     RegisterRequest,
     SyncRequest,
     SyncResponse,
     TaskAck,
+    TaskReport,
 )
 from corral.schemas.api import NodeOut
 from corral.server.context import Context
-from corral.server.db.models import JobRow, LogChunkRow, NodeRow, TaskRow
+from corral.server.db.models import JobRow, NodeRow, TaskRow, TokenRow
 from corral.server.leader import Term
-from corral.server.services.auth import job_token
+from corral.server.services.auth import hash_secret, job_token, new_secret
 from corral.server.services.converters import mig_names, node_of, node_out, spec_of
+from corral.server.services.logs import store_chunk
 from corral.server.services.notify import notify_jobs
 from corral.server.services.settle import FINAL_TASK_STATES, lose_tasks, settle_job
 from corral.server.services.telemetry import ingest
@@ -39,13 +44,29 @@ class NodeService:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
 
-    def register(self, req: RegisterRequest) -> None:
-        """Create or refresh a node. A new agent incarnation loses the old one's tasks."""
+    def register(self, req: RegisterRequest) -> str | None:
+        """Create or refresh a node. A new agent incarnation loses the old one's tasks.
+
+        A name is bound to the agent that registers it first (or first after
+        :meth:`reset`, or first since this check exists): that registration returns a new
+        node credential, and every later one must present it, else
+        ``PermissionDeniedError``. Returns the new credential, or None."""
+        try:
+            return self._register(req)
+        except IntegrityError:  # another agent registered the same new name at once
+            return self._register(req)
+
+    def _register(self, req: RegisterRequest) -> str | None:
         now = self.ctx.clock()
         devices = [d.model_dump() for d in req.devices]
         jobs: set[int] = set()
+        issued = None
         with self.ctx.sessions.begin() as session:
-            row = session.get(NodeRow, req.name)
+            row = session.get(NodeRow, req.name, with_for_update=True)
+            if row is not None and row.credential_hash is not None:
+                _check_credential(row, req.credential)
+            else:
+                issued = new_secret("crc")
             if row is None:
                 row = NodeRow(
                     name=req.name, state=NodeState.READY.value, registered_at=now, reason=None
@@ -54,6 +75,8 @@ class NodeService:
             elif row.agent_id != req.agent_id:
                 why = f"agent on {row.name} restarted"
                 jobs = self._lose_node_tasks(session, row.name, why, now, release=True)
+            if issued is not None:
+                row.credential_hash = hash_secret(issued)
             if row.state == NodeState.LOST.value:
                 move_node(session, row, NodeState.READY, "agent registered again", now)
             row.agent_id = req.agent_id
@@ -69,6 +92,34 @@ class NodeService:
         notify_jobs(self.ctx, jobs, skip=req.name)
         self.ctx.catalog.invalidate()
         self.ctx.wake()
+        return issued
+
+    def reset(self, name: str) -> NodeOut:
+        """Free a node's name for a new agent (a reinstalled host): forget its credential,
+        revoke its node token, lose its live tasks (as a new agent incarnation would) and
+        mark it lost until an agent registers the name again."""
+        now = self.ctx.clock()
+        with self.ctx.sessions.begin() as session:
+            row = session.get(NodeRow, name, with_for_update=True)
+            if row is None:
+                raise NotFoundError(f"no node named {name!r}")
+            why = f"node {name} was reset by an admin"
+            jobs = self._lose_node_tasks(session, name, why, now, release=True)
+            row.credential_hash = None
+            row.agent_id = ""  # the old agent's syncs are refused: it must register again
+            session.execute(
+                update(TokenRow)
+                .where(TokenRow.node == name, TokenRow.revoked_at.is_(None))
+                .values(revoked_at=now)
+            )
+            if row.state != NodeState.LOST.value:
+                reason = "reset by admin: waiting for an agent to register the name"
+                move_node(session, row, NodeState.LOST, reason, now)
+        self.ctx.tokens.clear()
+        notify_jobs(self.ctx, jobs, skip=name)
+        self.ctx.catalog.invalidate()
+        self.ctx.wake()
+        return self.get(name)
 
     def sync(self, req: SyncRequest) -> SyncResponse:
         """Record what the agent runs and its logs; answer with what it should run."""
@@ -98,11 +149,13 @@ class NodeService:
                 if task.state in FINAL_TASK_STATES:
                     if not task.released and report.state == "exited":
                         task.released = woke = True  # a lost task's process finally ended
+                    _usage(task, report)
                     continue
                 if task.started_at is None:
                     task.started_at = report.started_at or now
                     touched.add(task.job_id)
                 task.pid = report.pid or task.pid
+                _usage(task, report)
                 if report.state == "exited":
                     task.state = "exited"
                     task.exit_code = report.exit_code
@@ -112,22 +165,12 @@ class NodeService:
                     woke = True
                 else:
                     task.state = report.state
-            for chunk in req.logs:
+            cap = self.ctx.settings.log_cap
+            for chunk in req.logs:  # also of tasks that ended: their logs may trail the exit
                 task = tasks.get((chunk.job_id, chunk.attempt, chunk.rank))
-                if task is None or chunk.offset != task.log_size:
-                    continue
-                data = base64.b64decode(chunk.data)
-                if data:
-                    session.add(
-                        LogChunkRow(
-                            job_id=task.job_id,
-                            attempt=task.attempt,
-                            rank=task.rank,
-                            offset=task.log_size,
-                            data=data,
-                        )
-                    )
-                    task.log_size += len(data)
+                if task is not None and chunk.offset >= task.log_size:
+                    data = base64.b64decode(chunk.data)
+                    store_chunk(session, task, chunk.offset, data, cap)
             if req.shutdown:
                 reason = f"agent on {node.name} shut down"
                 touched |= self._lose_node_tasks(session, node.name, reason, now, release=True)
@@ -157,7 +200,13 @@ class NodeService:
         notify_jobs(self.ctx, touched, skip=req.node)  # e.g. a failed task's peers must stop
         if woke:
             self.ctx.wake()
-        return SyncResponse(tasks=desired, acks=acks, sync_interval=self.ctx.settings.sync_interval)
+        settings = self.ctx.settings
+        return SyncResponse(
+            tasks=desired,
+            acks=acks,
+            sync_interval=settings.sync_interval,
+            log_cap=settings.log_cap,
+        )
 
     @staticmethod
     def _release_vanished(session: Session, node: str, reported: set[tuple[int, int, int]]) -> bool:
@@ -216,21 +265,26 @@ class NodeService:
         self.ctx.wake()
         return self.get(name)
 
-    def list(self) -> list[NodeOut]:
+    def list(self, viewer: str | None = None) -> list[NodeOut]:
+        """Every node; with ``viewer`` (a user, not an admin) naming only their jobs."""
         with self.ctx.sessions() as session:
             held = defaultdict(list)
             for task in session.scalars(select(TaskRow).where(TaskRow.released.is_(False))):
                 held[task.node].append(task)
+            visible = _visible(session, viewer, [t for ts in held.values() for t in ts])
             rows = session.scalars(select(NodeRow).order_by(NodeRow.name))
-            return [self._readings(node_out(row, held.get(row.name, []))) for row in rows]
+            return [self._readings(node_out(row, held.get(row.name, []), visible)) for row in rows]
 
-    def get(self, name: str) -> NodeOut:
+    def get(self, name: str, viewer: str | None = None) -> NodeOut:
+        """One node; with ``viewer`` (a user, not an admin) naming only their jobs."""
         with self.ctx.sessions() as session:
             row = self._row(session, name)
-            held = session.scalars(
-                select(TaskRow).where(TaskRow.node == name, TaskRow.released.is_(False))
+            held = list(
+                session.scalars(
+                    select(TaskRow).where(TaskRow.node == name, TaskRow.released.is_(False))
+                )
             )
-            return self._readings(node_out(row, list(held)))
+            return self._readings(node_out(row, held, _visible(session, viewer, held)))
 
     def _readings(self, node: NodeOut) -> NodeOut:
         """``node`` with each GPU's latest telemetry reading, if recent."""
@@ -432,7 +486,48 @@ def task_launch(
         workdir=spec.workdir,
         grace_period=spec.grace_period,
         gpus=list(task.gpus),
+        user=job.unix_user,
+        cpus=task.cpus or None,
+        memory=task.memory or None,
     )
+
+
+def _check_credential(row: NodeRow, credential: str | None) -> None:
+    """``PermissionDeniedError`` unless ``credential`` is the one ``row``'s name is bound to."""
+    given = hash_secret(credential) if credential else ""
+    if credential and hmac.compare_digest(given, row.credential_hash or ""):
+        return
+    presented = "a different node credential" if credential else "no node credential"
+    raise PermissionDeniedError(
+        f"node name {row.name!r} belongs to another agent (this one presented {presented}). "
+        f"If this host was reinstalled, an admin frees the name with `corral reset-node "
+        f"{row.name}`; otherwise start this agent with another --name"
+    )
+
+
+def _usage(task: TaskRow, report: TaskReport) -> None:
+    """Keep what the agent measured of the task: peak memory, CPU time, why it ended."""
+    if report.peak_memory is not None:
+        task.peak_memory = max(report.peak_memory, task.peak_memory or 0)
+    if report.cpu_seconds is not None:
+        task.cpu_seconds = report.cpu_seconds
+    if report.reason:
+        task.reason = report.reason
+
+
+def _visible(
+    session: Session, viewer: str | None, tasks: Sequence[TaskRow]
+) -> Callable[[int], bool] | None:
+    """Which of the jobs of ``tasks`` ``viewer`` may see named (None: all, for admins)."""
+    if viewer is None:
+        return None
+    ids = {t.job_id for t in tasks}
+    own = (
+        set(session.scalars(select(JobRow.id).where(JobRow.id.in_(ids), JobRow.user == viewer)))
+        if ids
+        else set()
+    )
+    return own.__contains__
 
 
 def visible_devices(task: TaskRow, devices: Sequence[Mapping[str, Any]] = ()) -> str:

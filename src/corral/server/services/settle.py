@@ -31,13 +31,7 @@ def settle_job(session: Session, job: JobRow, tasks: Sequence[TaskRow], now: flo
         if failed:
             first = failed[0]
             job.exit_code = first.exit_code
-            move_job(
-                session,
-                job,
-                JobState.FAILED,
-                f"task {first.rank} on {first.node} exited with code {first.exit_code}",
-                now,
-            )
+            move_job(session, job, JobState.FAILED, task_failure(first), now)
         elif all(t.state == "exited" for t in current):
             job.exit_code = 0
             what = "the task" if len(current) == 1 else f"all {len(current)} tasks"
@@ -50,13 +44,22 @@ def settle_job(session: Session, job: JobRow, tasks: Sequence[TaskRow], now: flo
         else:
             codes = sorted({str(t.exit_code) for t in current if t.exit_code})
             job.exit_code = next((t.exit_code for t in current if t.exit_code), None)
+            why = next((f": {t.reason}" for t in current if t.reason), "")
             move_job(
                 session,
                 job,
                 JobState.FAILED,
-                f"preempted; exited with code {', '.join(codes) or '?'} and requeue is false",
+                f"preempted; exited with code {', '.join(codes) or '?'} and requeue is false" + why,
                 now,
             )
+
+
+def task_failure(task: TaskRow) -> str:
+    """Why a failed task failed: ``task 0 on node-a exited with code 137: out of memory:
+    ...`` (the agent's reason, when it gave one)."""
+    how = "failed" if task.exit_code is None else f"exited with code {task.exit_code}"
+    why = f": {task.reason}" if task.reason else ""
+    return f"task {task.rank} on {task.node} {how}{why}"
 
 
 def requeue(session: Session, job: JobRow, reason: str, now: float) -> None:

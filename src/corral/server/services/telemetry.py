@@ -129,8 +129,22 @@ def _check_errors(
     return IngestOutcome(drained=True, jobs=set(by_job))
 
 
-def node_telemetry(ctx: Context, node: str, since: float) -> list[TelemetrySample]:
-    return [s.out() for s in ctx.telemetry.node_samples(node, since)]
+def node_telemetry(
+    ctx: Context, node: str, since: float, viewer: str | None = None
+) -> list[TelemetrySample]:
+    """The node's samples; with ``viewer`` (a user, not an admin) naming only their jobs."""
+    samples = [s.out() for s in ctx.telemetry.node_samples(node, since)]
+    ids = {j for s in samples for j in s.job_ids} | {s.job_id for s in samples if s.job_id}
+    if viewer is None or not ids:
+        return samples
+    with ctx.sessions() as session:
+        own = set(
+            session.scalars(select(JobRow.id).where(JobRow.id.in_(ids), JobRow.user == viewer))
+        )
+    for sample in samples:
+        sample.job_ids = [j for j in sample.job_ids if j in own]
+        sample.job_id = sample.job_id if sample.job_id in own else None
+    return samples
 
 
 def job_telemetry(ctx: Context, job_id: int, since: float) -> list[TelemetrySample]:

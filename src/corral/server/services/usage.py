@@ -8,7 +8,9 @@ For a window ``[since, until]``:
   utilization, accumulated at each sync), the part inside the window taken in proportion
   to time (telemetry is not kept per interval);
 - jobs: jobs submitted in the window or with a task running in it; waits: submission to
-  the first start of those that started; preemptions: those recorded in the window.
+  the first start of those that started; preemptions: those recorded in the window;
+- CPU seconds: what the agents reported of each task, the part inside the window taken in
+  proportion to time, as GPU time used; peak memory: the highest any one task reached.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ class _Tally:
     used: float = 0.0
     waits: list[float] = field(default_factory=list)
     preemptions: int = 0
+    cpu_seconds: float = 0.0
+    peak_memory: int | None = None
 
 
 def usage(
@@ -111,6 +115,9 @@ def usage(
         tally.allocated += _gpus(task, mig_sizes.get(task.node, {})) * inside
         if end > start:
             tally.used += (task.gpu_seconds_used or 0.0) * inside / (end - start)
+            tally.cpu_seconds += (task.cpu_seconds or 0.0) * inside / (end - start)
+        if task.peak_memory is not None:
+            tally.peak_memory = max(tally.peak_memory or 0, task.peak_memory)
     for entity_id in preempted:
         job = jobs.get(int(entity_id))
         if job is not None:
@@ -160,6 +167,8 @@ def _row(name: str, t: _Tally, jobs: dict[int, JobRow], by: str) -> UsageRow:
         avg_wait=round(sum(t.waits) / len(t.waits), 3) if t.waits else None,
         max_wait=round(max(t.waits), 3) if t.waits else None,
         preemptions=t.preemptions,
+        cpu_seconds=round(t.cpu_seconds, 3),
+        peak_memory=t.peak_memory,
         queue=job.queue if job else None,
         user=job.user if job else None,
         name=job.name if job else None,
