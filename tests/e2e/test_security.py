@@ -193,9 +193,7 @@ time.sleep(1000)
 
 def test_setsid_and_daemons_die_with_the_job(shared: Shared) -> None:
     out = shared.scratch / f"escape-{os.urandom(3).hex()}"
-    job = shared.alice.submit(
-        {"command": [PY, "-c", ESCAPE, str(out)], "grace_period": "1s"}
-    )
+    job = shared.alice.submit({"command": [PY, "-c", ESCAPE, str(out)], "grace_period": "1s"})
     daemon, sid = Path(f"{out}.daemon"), Path(f"{out}.sid")
     wait_for(lambda: daemon.exists() and sid.exists(), 30, "the escapees to start")
     pids = [int(daemon.read_text()), int(sid.read_text())]
