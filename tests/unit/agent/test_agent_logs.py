@@ -104,7 +104,7 @@ def test_tasks_never_inherit_corral_settings() -> None:
         "PATH": "/usr/bin",
         "CORRAL_TOKEN": "crl_secret",
         "CORRAL_JOIN_TOKEN": "crl_join",
-        "CORRAL_HOME": "/root/.corral",
+        "CORRAL_HOME": "/srv/corral",
         "CORRAL_SERVER": "http://x",
         "LC_ALL": "C.UTF-8",
         "AWS_SECRET_ACCESS_KEY": "agent's own",
