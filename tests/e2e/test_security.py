@@ -102,17 +102,19 @@ def sh(command: str, **extra: object) -> dict:
 
 def test_tasks_run_as_their_owner_with_its_groups_and_home(shared: Shared) -> None:
     job = shared.alice.submit(
-        sh('id -un; id -u; id -g; echo "$HOME $USER $LOGNAME"; env | grep ^CORRAL_ | cut -d= -f1')
+        sh('id -un; id -u; id -g; echo "$HOME $USER $LOGNAME"; env | cut -d= -f1')
     )
     lines = shared.output(shared.alice, job.id).splitlines()
     account = __import__("pwd").getpwnam(shared.alice_name)
     assert lines[0] == shared.alice_name
     assert lines[1:3] == [str(account.pw_uid), str(account.pw_gid)]
     assert lines[3] == f"{account.pw_dir} {shared.alice_name} {shared.alice_name}"
-    # The task sees only the CORRAL_* variables set for it: no token, join token or home.
+    # The task sees only the CORRAL_* variables set for it: no token, join token or home;
+    # and of the agent's own environment only what is portable (PATH, not the rest).
     seen = set(lines[4:])
-    assert {"CORRAL_JOB_ID", "CORRAL_JOB_TOKEN", "CORRAL_CHECKPOINT_DIR"} <= seen
+    assert {"CORRAL_JOB_ID", "CORRAL_JOB_TOKEN", "CORRAL_CHECKPOINT_DIR", "PATH"} <= seen
     assert not seen & {"CORRAL_TOKEN", "CORRAL_JOIN_TOKEN", "CORRAL_HOME"}
+    assert "PYTHONUNBUFFERED" in shared.cluster.env and "PYTHONUNBUFFERED" not in seen
     assert shared.alice.get(job.id).state == "succeeded"
 
 

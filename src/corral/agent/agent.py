@@ -126,7 +126,7 @@ class Agent:
         self.cgroups = self._probe.manager if self._probe else None
         self.supervisor = ProcessSupervisor(
             on_exit=lambda _key: self._wake.set(),
-            base_env=task_base_env(os.environ),
+            base_env={},  # each launch carries its whole environment (see _start)
             state_dir=state_dir / "tasks",
             cgroups=self.cgroups,
         )
@@ -455,8 +455,9 @@ class Agent:
         env["CORRAL_SERVER"] = self._url  # with CORRAL_JOB_TOKEN: report checkpoints
         if self.settings.ca_cert:
             env["CORRAL_CA_CERT"] = str(self.settings.ca_cert)
-        if account is not None:  # only what is portable of the agent's own environment
-            env = {**foreign_env(os.environ), **env}
+        # another account keeps only what is portable of the agent's own environment
+        inherited = foreign_env(os.environ) if account else task_base_env(os.environ)
+        env = {**inherited, **env}
         launch = TaskLaunch(
             key=f"{job_id}/{attempt}/{rank}",
             command=task.command,
