@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -116,6 +117,19 @@ def test_tasks_run_as_their_owner_with_its_groups_and_home(shared: Shared) -> No
     assert not seen & {"CORRAL_TOKEN", "CORRAL_JOIN_TOKEN", "CORRAL_HOME"}
     assert "PYTHONUNBUFFERED" in shared.cluster.env and "PYTHONUNBUFFERED" not in seen
     assert shared.alice.get(job.id).state == "succeeded"
+
+
+def test_a_missing_account_fails_the_task_naming_account_and_node(shared: Shared) -> None:
+    ghost = f"crl-ghost-{os.urandom(3).hex()}"  # no such account on the nodes
+    made = shared.cluster.cli(
+        "token", "create", "--user", "carol", "--unix-user", ghost, "-o", "json"
+    )
+    carol = Client(shared.cluster.url, json.loads(made.stdout)["token"])
+    job = carol.submit(sh("true"))
+    ended = shared.done(carol, job.id)
+    assert ended.state == "failed" and ended.unix_user == ghost
+    node = ended.tasks[0].node
+    assert f"no Unix account '{ghost}' on node {node}" in (ended.reason or "")
 
 
 def test_checkpoints_are_private_to_their_owner(shared: Shared) -> None:
@@ -239,6 +253,34 @@ def test_a_second_agent_cannot_take_over_a_nodes_name(shared: Shared) -> None:
     assert answer.status_code == 403
     node = {n.name: n for n in shared.cluster.client().nodes()}["node-a"]
     assert node.state == "ready"
+
+
+def test_an_agent_joins_with_a_token_file_that_no_process_list_shows(shared: Shared) -> None:
+    cluster = shared.cluster
+    elsewhere = cluster.home.parent / f"node-c-home-{os.urandom(3).hex()}"
+    elsewhere.mkdir()
+    token_file = elsewhere / "join"
+    token_file.write_text((cluster.home / "join-token").read_text())
+    join = token_file.read_text().strip()
+    name = f"node-c-{os.urandom(2).hex()}"
+    env = {**cluster.env, "CORRAL_HOME": str(elsewhere)}  # no join token to be found there
+    command = [sys.executable, "-m", "corral", "agent", "--server", cluster.url]
+    command += ["--name", name, "--simulate", "1xH100", "--join-token-file", str(token_file)]
+    agent = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    try:
+        wait_for(
+            lambda: any(n.name == name and n.state == "ready" for n in cluster.client().nodes()),
+            30,
+            "the agent to join",
+        )
+        assert join.encode() not in Path(f"/proc/{agent.pid}/cmdline").read_bytes()
+        assert (
+            stat.S_IMODE((elsewhere / "agents" / name / "state" / "node-credential").stat().st_mode)
+            == 0o600
+        )
+    finally:
+        agent.terminate()
+        agent.wait(timeout=30)
 
 
 def test_nodes_show_job_ids_only_to_their_owners(shared: Shared) -> None:

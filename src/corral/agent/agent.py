@@ -425,6 +425,11 @@ class Agent:
         if not self.run_as_owner or not user:
             return None
         account = lookup_account(user)
+        if account.uid == 0 and user != "root":  # the server refuses root jobs by name
+            raise AccountError(
+                f"Unix account {user!r} has uid 0 on this node: refused (a job runs as "
+                "root only as the account root, where the server allows it)"
+            )
         return None if account.uid == os.geteuid() else account
 
     def _start(self, key: TaskKey, task: DesiredTask) -> None:
