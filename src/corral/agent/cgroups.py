@@ -217,10 +217,28 @@ class TaskCgroup:
         return bool(fs.read_procs(track))
 
     def signal(self, sig: int) -> None:
-        """Send ``sig`` to every process in the task."""
+        """Send ``sig`` to every process in the task: with the task frozen meanwhile where
+        the host can freeze it, so that no process forked in between misses it."""
+        freezer = self._freezer()
+        if freezer is None:
+            self._signal_members(sig)
+        else:
+            self._frozen_signal(*freezer, sig)
+
+    def _signal_members(self, sig: int) -> None:
         for pid in self.pids():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
+
+    def _freezer(self) -> tuple[Path, tuple[str, str], Callable[[Path], bool]] | None:
+        """The task's freeze control: v2 ``cgroup.freeze``, else the v1 freezer's state."""
+        track = self.dir("track")
+        assert track is not None
+        if self.manager.roles["track"].version == 2:
+            return track / "cgroup.freeze", ("1", "0"), _v2_frozen
+        if self.manager.kill_mode == "freeze":
+            return track / "freezer.state", ("FROZEN", "THAWED"), _v1_frozen
+        return None
 
     def kill(self, timeout: float = 0.0) -> bool:
         """SIGKILL every process in the task, setsid'd daemons included; with ``timeout``,
@@ -259,31 +277,27 @@ class TaskCgroup:
     def _kill_once(self) -> None:
         track = self.dir("track")
         assert track is not None
-        mode, version = self.manager.kill_mode, self.manager.roles["track"].version
+        mode = self.manager.kill_mode
         if mode == "kill":
             with contextlib.suppress(FileNotFoundError):
                 fs.write(track / "cgroup.kill", 1)
-        elif mode == "freeze" and version == 2:
-            self._frozen_kill(track / "cgroup.freeze", ("1", "0"), _v2_frozen)
-        elif mode == "freeze":
-            self._frozen_kill(track / "freezer.state", ("FROZEN", "THAWED"), _v1_frozen)
         else:
             self.signal(signal.SIGKILL)
 
-    def _frozen_kill(
-        self, control: Path, values: tuple[str, str], frozen: Callable[[Path], bool]
+    def _frozen_signal(
+        self, control: Path, values: tuple[str, str], frozen: Callable[[Path], bool], sig: int
     ) -> None:
-        """Freeze, SIGKILL every member (none can fork meanwhile), thaw."""
+        """Freeze, send ``sig`` to every member (none can fork meanwhile), thaw."""
         try:
             fs.write(control, values[0])
         except OSError:
-            self.signal(signal.SIGKILL)
+            self._signal_members(sig)
             return
         try:
             deadline = time.monotonic() + 1.0
             while not frozen(control.parent) and time.monotonic() < deadline:
                 time.sleep(0.005)
-            self.signal(signal.SIGKILL)
+            self._signal_members(sig)
         finally:
             with contextlib.suppress(OSError):
                 fs.write(control, values[1])
