@@ -262,7 +262,7 @@ def test_an_agent_joins_with_a_token_file_that_no_process_list_shows(shared: Sha
     token_file = elsewhere / "join"
     token_file.write_text((cluster.home / "join-token").read_text())
     join = token_file.read_text().strip()
-    name = f"node-c-{os.urandom(2).hex()}"
+    name = "node-c"
     env = {**cluster.env, "CORRAL_HOME": str(elsewhere)}  # no join token to be found there
     command = [sys.executable, "-m", "corral", "agent", "--server", cluster.url]
     command += ["--name", name, "--simulate", "1xH100", "--join-token-file", str(token_file)]

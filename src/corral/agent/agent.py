@@ -174,6 +174,8 @@ class Agent:
                     self._stop.wait(backoff)
                     backoff = min(MAX_BACKOFF, backoff * 2)
             self._stop_tasks()
+            if self.cgroups is not None:
+                self.cgroups.remove_root()  # (left in place while anything is still in it)
             if self._nvml is not None:
                 self._nvml.close()
             try:  # best effort: hand the work back so that it is requeued at once

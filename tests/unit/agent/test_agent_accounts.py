@@ -47,7 +47,8 @@ def root_alias() -> Iterator[str]:
     try:
         yield name
     finally:
-        subprocess.run(["userdel", name], capture_output=True)
+        # --force: userdel refuses an account whose uid (0) has running processes
+        subprocess.run(["userdel", "--force", name], capture_output=True, check=True)
 
 
 def test_root_runs_as_the_agent_itself(agent: Agent) -> None:
