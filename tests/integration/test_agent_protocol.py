@@ -210,12 +210,13 @@ def test_a_returning_agent_that_lost_the_process_frees_the_devices(server: Serve
     node = FakeHardwareAgent(server, "node-a")
     client = server.client()
     job = client.submit({"command": "x", "resources": {"gpus": 8}})
-    placed(server, job.id)
+    # the node syncs while it waits (a 1 s timeout: a loaded machine may take longer to place)
+    wait_for(lambda: node.sync() and client.get(job.id).state == "running", 10, "placed")
     node.sync()
     node.sync([report(job.id, 0, "running", pid=7)])
     wait_for(lambda: client.nodes()[0].state == "lost", 10, "the node to be lost")
     node.sync()  # it reports nothing: the old task is not running there
-    placed(server, job.id)
+    wait_for(lambda: node.sync() and client.get(job.id).state == "running", 10, "placed again")
     assert client.get(job.id).attempt == 1
 
 
