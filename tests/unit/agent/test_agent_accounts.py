@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from corral.agent.agent import Agent, AgentSettings
-from corral.agent.host import describe_host
+from corral.agent.agent import Agent
 from corral.agent.identity import AccountError
+from tests.unit.agent.helpers import offline_agent
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("useradd") is None, reason="needs root and useradd"
@@ -22,17 +22,7 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture
 def agent(tmp_path: Path) -> Agent:
-    settings = AgentSettings(
-        servers=["http://127.0.0.1:9"],
-        join_token="unused",
-        name="accounts-test",
-        address="127.0.0.1",
-        node=describe_host("1xH100", {}),
-        home=tmp_path / "agent",
-        checkpoint_root=tmp_path / "checkpoints",
-        contain=False,
-    )
-    return Agent(settings)
+    return offline_agent(tmp_path, "accounts-test")
 
 
 @pytest.fixture

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from corral.agent import logship
-from corral.agent.agent import Agent, AgentSettings, foreign_env, task_base_env
-from corral.agent.host import describe_host
+from corral.agent.agent import Agent, foreign_env, task_base_env
 from corral.agent.supervisor import TaskState
 from corral.schemas.agent import DesiredTask, SyncRequest, SyncResponse, TaskAck
+from tests.unit.agent.helpers import offline_agent
 
 LINE = b"y" * 99 + b"\n"
 LOUD = "import sys\nfor _ in range(100_000):\n    sys.stdout.write('y' * 99 + '\\n')\n"
@@ -23,17 +23,7 @@ LOUD = "import sys\nfor _ in range(100_000):\n    sys.stdout.write('y' * 99 + '\
 
 @pytest.fixture
 def agent(tmp_path: Path) -> Agent:
-    settings = AgentSettings(
-        servers=["http://127.0.0.1:9"],
-        join_token="unused",
-        name="logs-test",
-        address="127.0.0.1",
-        node=describe_host("1xH100", {}),
-        home=tmp_path / "agent",
-        checkpoint_root=tmp_path / "checkpoints",
-        contain=False,
-    )
-    made = Agent(settings)
+    made = offline_agent(tmp_path, "logs-test")
     yield made
     made.supervisor.stop_all(grace_period=0)
 

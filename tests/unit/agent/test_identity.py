@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from corral.agent.cgroups import probe_cgroups
 from corral.agent.identity import (
     Account,
     AccountError,
@@ -24,6 +23,7 @@ from corral.agent.identity import (
     make_private_dir,
 )
 from corral.agent.supervisor import TaskState
+from tests.unit.agent.helpers import MODES, cgroups_for
 from tests.unit.agent.test_supervisor import Harness
 
 pytestmark = [pytest.mark.timeout(120)]
@@ -100,14 +100,9 @@ def secret() -> Iterator[Path]:
     shutil.rmtree(directory)
 
 
-@pytest.fixture(params=["group", "cgroup"])
+@pytest.fixture(params=MODES)
 def h(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Harness]:
-    cgroups = None
-    if request.param == "cgroup":
-        probe = probe_cgroups(f"t{uuid.uuid4().hex[:10]}")
-        if probe.manager is None:
-            pytest.skip(probe.line)
-        cgroups = probe.manager
+    cgroups = cgroups_for(request.param)
     harness = Harness(tmp_path, cgroups)
     yield harness
     harness.sup.stop_all(grace_period=0, wait=True)

@@ -10,17 +10,17 @@ import os
 import signal
 import stat
 import subprocess
-import uuid
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from corral.agent.cgroups import CgroupManager, Limits, probe_cgroups
+from corral.agent.cgroups import CgroupManager, Limits
 from corral.agent.identity import current_account
 from corral.agent.supervisor import ProcessSupervisor, TaskLaunch, TaskState
 from corral.agent.taskstate import TaskStore, process_alive
+from tests.unit.agent.helpers import MODES, cgroups_for
 from tests.unit.agent.test_supervisor import GRACEFUL, STUBBORN, pid_alive, py, read_pids, wait_for
 
 pytestmark = [pytest.mark.timeout(120)]
@@ -75,14 +75,9 @@ class Node:
         wait_for(exited, timeout, what=f"task {key} to exit")
 
 
-@pytest.fixture(params=["group", "cgroup"])
+@pytest.fixture(params=MODES)
 def node(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Node]:
-    cgroups = None
-    if request.param == "cgroup":
-        probe = probe_cgroups(f"t{uuid.uuid4().hex[:10]}")
-        if probe.manager is None:
-            pytest.skip(probe.line)
-        cgroups = probe.manager
+    cgroups = cgroups_for(request.param)
     node = Node(tmp_path, cgroups)
     yield node
     node.sup.stop_all(grace_period=0, wait=True)

@@ -11,14 +11,13 @@ import signal
 import sys
 import textwrap
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
 import pytest
 
-from corral.agent.cgroups import CgroupManager, probe_cgroups
+from corral.agent.cgroups import CgroupManager
 from corral.agent.supervisor import (
     MAX_GRACE,
     ProcessSupervisor,
@@ -26,6 +25,7 @@ from corral.agent.supervisor import (
     TaskState,
     TaskStatus,
 )
+from tests.unit.agent.helpers import MODES, cgroups_for
 
 pytestmark = [
     pytest.mark.timeout(60),
@@ -152,14 +152,9 @@ class Harness:
         return (self.tmp / "logs" / f"{key.replace('/', '_')}.log").read_text()
 
 
-@pytest.fixture(params=["group", "cgroup"])
+@pytest.fixture(params=MODES)
 def h(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Harness]:
-    cgroups = None
-    if request.param == "cgroup":
-        probe = probe_cgroups(f"t{uuid.uuid4().hex[:10]}")
-        if probe.manager is None:
-            pytest.skip(probe.line)
-        cgroups = probe.manager
+    cgroups = cgroups_for(request.param)
     harness = Harness(tmp_path, cgroups)
     yield harness
     pgids = [s.pid for s in harness.sup.poll() if s.pid is not None]
