@@ -27,7 +27,7 @@ import httpx
 from corral.agent import logship, nodestate
 from corral.agent.cgroups import Limits, probe_cgroups
 from corral.agent.host import NodeDescription, free_ports, gpu_readings
-from corral.agent.identity import Account, AccountError, lookup_account
+from corral.agent.identity import Account, AccountError, lookup_account, make_private_dir
 from corral.agent.logship import LogCursor
 from corral.agent.supervisor import ProcessSupervisor, TaskLaunch, TaskState, TaskStatus
 from corral.agent.telemetry import (
@@ -503,20 +503,7 @@ class Agent:
         if account is not None and root.stat().st_uid == os.geteuid():
             os.chmod(root, 0o711)
         for path in (checkpoint_dir, *log_dirs):
-            path.mkdir(parents=True, exist_ok=True)
-            own_dir(path, account)
-
-
-def own_dir(path: Path, account: Account | None) -> None:
-    """Give the directory ``path`` to ``account`` (None: keep its owner), mode 0700. Through
-    a descriptor opened without following links: a link planted there is refused."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-    try:
-        if account is not None:
-            os.fchown(fd, account.uid, account.gid)
-        os.fchmod(fd, 0o700)
-    finally:
-        os.close(fd)
+            make_private_dir(path, account)
 
 
 def _report(key: TaskKey, status: TaskStatus, node: str) -> TaskReport:

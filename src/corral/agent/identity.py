@@ -73,12 +73,18 @@ def account_env(account: Account) -> dict[str, str]:
 def make_private_dir(path: Path, account: Account | None = None) -> Path:
     """``mkdir -p path``, then make it ``account``'s (if given) with mode 0700; returns ``path``.
 
-    Only ``path`` itself is chowned, not the parents it creates.
+    Only ``path`` itself is chowned, not the parents it creates. Through a descriptor opened
+    without following links: a link planted at ``path`` is refused (OSError), never
+    followed by a root agent.
     """
     path.mkdir(parents=True, exist_ok=True)
-    if account is not None:
-        os.chown(path, account.uid, account.gid)
-    os.chmod(path, 0o700)
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        if account is not None:
+            os.fchown(fd, account.uid, account.gid)
+        os.fchmod(fd, 0o700)
+    finally:
+        os.close(fd)
     return path
 
 

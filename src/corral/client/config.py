@@ -13,6 +13,8 @@ import os
 import ssl
 from pathlib import Path
 
+from corral.privatefiles import write_private
+
 DEFAULT_PORT = 7733
 DEFAULT_SERVER = f"http://127.0.0.1:{DEFAULT_PORT}"
 SERVER_FILE = "server"
@@ -70,13 +72,7 @@ def ssl_verify(ca_cert: Path | None) -> ssl.SSLContext | bool:
 
 def store(name: str, text: str) -> Path:
     """Write ``$CORRAL_HOME/name`` readable by its owner only (0600)."""
-    path = corral_home() / name
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.fchmod(fd, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text if text.endswith("\n") else text + "\n")
-    return path
+    return write_private(corral_home() / name, text)
 
 
 def _normalize(address: str) -> str:

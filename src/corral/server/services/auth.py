@@ -10,7 +10,6 @@ from __future__ import annotations
 import getpass
 import hashlib
 import hmac
-import os
 import secrets
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from corral.errors import AuthenticationError, NotFoundError
+from corral.privatefiles import write_private
 from corral.server.context import Context
 from corral.server.db.models import ServerSecretRow, TokenRow
 
@@ -37,10 +37,7 @@ def new_secret(prefix: str = "crl") -> str:
 
 
 def write_secret(path: Path, secret: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(secret + "\n")
+    write_private(path, secret)
 
 
 def server_secret(sessions: sessionmaker[Session], name: str, now: float) -> bytes:
