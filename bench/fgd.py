@@ -5,10 +5,13 @@ capacity) and never leave; each is placed by the production scheduler
 (``corral.scheduling.cycle.schedule`` on a persistent snapshot, the profile built from
 ``policy.sharing: <policy>``) or dropped. Reports the allocated share of GPU capacity when
 100% and 130% of it has arrived, per policy, mean over the seeds (see
-``corral.sim.packing`` and ``traces/README.md``).
+``corral.sim.packing`` and ``traces/README.md``). ``fgd`` and ``corral`` are given the
+mix of the un-inflated pod list (and ``corral`` the GPUs per model), as in the paper;
+``learned`` is the default configuration (``corral``, nothing given), which learns the
+mix from the pods as they arrive, as the control plane does.
 
     python bench/fgd.py --nodes openb_node_list_gpu_node.csv \\
-        --pods openb_pod_list_gpushare40.csv --seeds 42-51 [--policy fgd,corral]
+        --pods openb_pod_list_gpushare40.csv --seeds 42-51 [--policy fgd,corral,learned]
 
 Prints a table, then, last on stdout, one JSON line
 ``{"<policy>": {"alloc_100": 95.1, "alloc_130": 95.3}, ...}``. Progress goes to stderr.
@@ -32,8 +35,15 @@ from rich.table import Table
 from corral.errors import ValidationError
 from corral.sim import packing
 
-POLICIES = ("binpack", "bestfit", "fgd", "corral")
-SHARING = {"binpack": "packing", "bestfit": "bestfit", "fgd": "fgd", "corral": "corral"}
+POLICIES = ("binpack", "bestfit", "fgd", "corral", "learned")
+SHARING = {
+    "binpack": "packing",
+    "bestfit": "bestfit",
+    "fgd": "fgd",
+    "corral": "corral",
+    "learned": "corral",
+}
+GIVEN_MIX = ("fgd", "corral")  # given the pod list's mix; "learned" learns it
 
 _counter: mp.Value | None = None  # pods done, shared with the workers (for the progress bar)
 
@@ -87,8 +97,11 @@ def run_one(task: tuple[str, int, str, str]) -> tuple[str, int, float | None, fl
     nodes = packing.read_cluster(Path(nodes_path))
     pods = packing.read_pods(Path(pods_path))
     order = packing.arrival_order(pods, seed, packing.gpu_capacity(nodes))
-    mix, supply = packing.expected_mix(pods), packing.gpu_supply(nodes)
-    config = packing.policy_config(SHARING[policy], mix, supply)
+    if policy in GIVEN_MIX:
+        mix, supply = packing.expected_mix(pods), packing.gpu_supply(nodes)
+        config = packing.policy_config(SHARING[policy], mix, supply)
+    else:
+        config = packing.policy_config(SHARING[policy])
     curve = packing.run(packing.ranked_nodes(nodes, seed), order, config, progress=_advance)
     return (
         policy,

@@ -13,6 +13,9 @@ preferred). Two orders:
 * ``backfill``: EASY backfill; every job is tried, so the cycle also pays for every job
   that cannot be placed (its reason) and for the reservation search.
 
+The profile is the default (``policy.sharing: corral``) with the request mix learned from
+the pending jobs, as the control plane learns it before the cycle (``scheduling/mix.py``).
+
 ``placements/s`` is jobs placed per second of cycle; ``us/node`` is the cycle time per
 node and ``/ n log n`` the cycle time over n log2 n normalised to the smallest cluster:
 a flat or falling column means the cycle grows no faster than n log n.
@@ -40,6 +43,7 @@ from corral.core.node import Device, Node
 from corral.core.resources import GpuKind, GpuRequest
 from corral.scheduling.config import Policy, SchedulerConfig
 from corral.scheduling.cycle import ClusterState, schedule
+from corral.scheduling.mix import MixLearner, gpu_supply
 from corral.scheduling.registry import build_profile
 
 GB = 1000**3
@@ -124,8 +128,10 @@ class Result:
 
 def run(order: str, nodes: int, pending: int, seed: int, repeats: int) -> Result:
     config = SchedulerConfig(policy=Policy(backfill=order == "backfill"))
-    profile = build_profile(config)
     cluster, jobs = make_nodes(nodes), make_jobs(pending, seed)
+    mixes = MixLearner()  # what the control plane learns from the jobs it sees
+    mixes.sync((job.id, job.spec) for job in jobs)
+    profile = build_profile(config, learned=mixes.refresh(gpu_supply(cluster)))
     best, placed = math.inf, 0
     for _ in range(repeats):
         gc.collect()

@@ -17,6 +17,7 @@ from corral.core.job import Job, JobSpec, JobState, PlacementPolicy
 from corral.core.node import Device, Node, NodeState
 from corral.core.resources import MILLI, parse_gpus
 from corral.core.units import parse_size
+from corral.scheduling.config import Policy, SchedulerConfig
 from corral.scheduling.cycle import ClusterState
 
 GB = 1000**3
@@ -261,3 +262,11 @@ def cluster(*nodes: Node | NodeBuilder, allocations: Sequence[Allocation] = ()) 
     """A ``ClusterState`` from nodes (built or builders) and the allocations they hold."""
     built = tuple(n.build() if isinstance(n, NodeBuilder) else n for n in nodes)
     return ClusterState(nodes=built, allocations=tuple(allocations))
+
+
+def legacy(**policy: object) -> SchedulerConfig:
+    """The configuration that was the default before the ``jct`` order: fair share in
+    submission order, strict (no backfill), no preemption, packing; ``policy`` overrides.
+    For tests of the cycle's mechanics that the new defaults would blur."""
+    base = {"order": "fair-share", "backfill": False, "preemption": False, "sharing": "packing"}
+    return SchedulerConfig(policy=Policy(**{**base, **policy}))  # type: ignore[arg-type]

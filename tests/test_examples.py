@@ -44,13 +44,17 @@ def test_example_policies_load() -> None:
     from corral.scheduling.registry import build_profile
 
     orders = {}
-    for name in ("fifo", "sjf", "easy-backfill", "fgd"):
+    for name in ("fifo", "sjf", "easy-backfill", "fgd", "fair-share", "corral"):
         config = load_config((EXAMPLES / f"{name}.yaml").read_text())
         build_profile(config)
-        orders[name] = (config.policy.order, config.policy.backfill, config.policy.sharing)
+        policy = config.policy
+        orders[name] = (policy.order, policy.backfill, policy.preemption, policy.sharing)
     assert orders == {
-        "fifo": ("priority-fifo", False, "packing"),
-        "sjf": ("shortest-first", False, "packing"),
-        "easy-backfill": ("priority-fifo", True, "packing"),
-        "fgd": ("fair-share", False, "fgd"),
+        "fifo": ("priority-fifo", False, False, "packing"),
+        "sjf": ("shortest-first", True, False, "corral"),
+        "easy-backfill": ("priority-fifo", True, False, "corral"),
+        "fgd": ("jct", True, True, "fgd"),
+        "fair-share": ("fair-share", True, True, "corral"),
+        "corral": ("jct", True, True, "corral"),
     }
+    assert load_config((EXAMPLES / "corral.yaml").read_text()) == load_config("")

@@ -180,7 +180,10 @@ def test_a_high_priority_job_preempts_training_which_resumes_bit_for_bit(
 
     shown = finished_after_requeue(cluster, job, reference)
     assert_stopped_and_resumed_at(cluster, job.id, HOLD)
-    assert shown["attempts"][0]["outcome"] == f"preempting: preempted for job {high.id}"
+    outcome = shown["attempts"][0]["outcome"]
+    # why it was chosen: the priorities, the work it lost, and how its set compared
+    assert outcome.startswith(f"preempting: preempted for job {high.id} (priority "), outcome
+    assert "loses" in outcome and "candidate set" in outcome, outcome
     # The training job came back only after the urgent one was done with the devices.
     assert shown["attempts"][1]["started_at"] >= client.get(high.id).ended_at
 

@@ -232,3 +232,17 @@ def test_fractional_jobs_share_one_device_and_whole_jobs_avoid_it(server: Server
     shared = client.get(halves[0]).tasks[0]
     assert shared.gpu_share == 0.5
     assert client.nodes()[0].gpus_used == 2
+
+
+def test_a_share_is_told_its_fraction_and_memory(server: Server) -> None:
+    node = FakeHardwareAgent(server, "node-a", gpus=2)
+    client = server.client()
+    share = client.submit({"command": "x", "resources": {"gpus": 0.25, "gpu_memory": "2GiB"}}).id
+    whole = client.submit({"command": "x", "resources": {"gpus": 1}}).id
+    for job_id in (share, whole):
+        placed(server, job_id)
+    env = {t["job_id"]: t["env"] for t in node.sync()["tasks"]}
+    assert env[share]["CORRAL_GPU_FRACTION"] == "0.25"
+    assert env[share]["CORRAL_GPU_MEMORY"] == str(2 * 1024**3)
+    assert env[share]["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
+    assert not {"CORRAL_GPU_FRACTION", "CORRAL_GPU_MEMORY"} & set(env[whole])

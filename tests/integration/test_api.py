@@ -86,6 +86,27 @@ def test_never_fitting_jobs_are_refused_once_nodes_exist(server: Server) -> None
     assert client.list(all=True) == []
 
 
+def test_a_required_nvlink_domain_no_node_has_is_refused(server: Server) -> None:
+    pairs = [
+        {"index": i, "model": "H100", "memory": 80 * 10**9, "nvlink_domain": i // 2}
+        for i in range(8)
+    ]
+    FakeHardwareAgent(server, "node-a", devices=pairs)
+    client = server.client()
+    asked = {"command": "true", "resources": {"gpus": 4}}
+    with pytest.raises(
+        UnschedulableError,
+        match="topology: nvlink required: 4 GPUs per node in one NVLink domain, but the "
+        "largest NVLink domain of any node that could host it holds 2",
+    ):
+        client.submit({**asked, "topology": {"level": "nvlink", "mode": "required"}})
+    assert client.list(all=True) == []
+    # preferred may span domains; two GPUs fit one domain
+    client.submit({**asked, "topology": {"level": "nvlink", "mode": "preferred"}})
+    client.submit({**asked, "resources": {"gpus": 2}, "topology": {"level": "nvlink"}})
+    assert len(client.list(all=True)) == 2
+
+
 @pytest.mark.server_options(
     config=(
         "queues:\n"

@@ -110,3 +110,34 @@ def test_show_says_a_gang_fits_now_with_its_topology_preferred(server: Server) -
     # advice is for pending jobs only; unknown jobs are not found
     assert client.advice(held.id) == []
     assert server.http(server.admin_token).get("/jobs/999/advice").status_code == 404
+
+
+@pytest.mark.server_options(
+    config="policy:\n  backfill: true\n  preemption: false\n  order: priority-fifo\n"
+)
+def test_show_names_the_reservation_that_holds_a_job_back(server: Server) -> None:
+    FakeHardwareAgent(server, "node-a", gpus=8)
+    client = server.client()
+    first = client.submit({"command": "x", "resources": {"gpus": 4}, "runtime_estimate": "5m"})
+    wait_for(lambda: client.get(first.id).state == "running", 10, "the first job to start")
+    # a 2-minute job on every GPU gets the node when the first job ends; a 10-minute
+    # 1-GPU job fits the 4 free GPUs but would still run then: it is held back
+    gang = client.submit({"command": "x", "resources": {"gpus": 8}, "runtime_estimate": "2m"})
+    wait_for(lambda: pending_with_reason(client, gang.id, "reserved for it"), 10, "a reservation")
+    small = client.submit({"command": "x", "resources": {"gpus": 1}, "runtime_estimate": "10m"})
+    held = f"reserved for job {gang.id}"
+    wait_for(lambda: pending_with_reason(client, small.id, held), 10, "a cycle")
+    hints = client.advice(small.id)
+    assert hints[0].startswith(
+        f"held back by job {gang.id}'s reservation of node-a (it starts in about 4m"
+    ), hints
+    assert "with its runtime estimate of 10m00s it would still run then" in hints[0]
+    # after the first job's 5 minutes and the gang's 2
+    assert "; expected to start in about 6m" in hints[0], hints
+    assert hints[1].startswith("fits now with runtime_estimate: "), hints
+    assert hints[1].endswith(f"(it would end before job {gang.id}'s reservation starts)")
+    assert not any("fits now as asked" in hint for hint in hints)
+    shown = corral(server, "show", str(small.id))
+    assert shown.returncode == 0, shown.stderr
+    assert f"held back by job {gang.id}'s reservation" in shown.stdout
+    assert "fits now as asked" not in shown.stdout

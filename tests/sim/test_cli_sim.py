@@ -52,7 +52,7 @@ def test_json_matches_the_spec_and_is_deterministic(files: Path) -> None:
     assert first.returncode == 0, first.stderr
     assert first.stdout == second.stdout
     data = json.loads(first.stdout)
-    assert set(data) == {"jobs", "metrics"}
+    assert set(data) == {"jobs", "metrics", "notes"} and data["notes"] == []
     spec_job_keys = {
         "name",
         "submit_time",

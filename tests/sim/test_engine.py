@@ -91,9 +91,10 @@ CHECKPOINTED = (
 def test_node_failure_loses_work_since_the_last_checkpoint() -> None:
     result = run(CHECKPOINTED)
     jobs = {j.name: j for j in result.jobs}
-    # ckpt kept 60 s of work (checkpoints at 30 and 60): 40 s left after restarting at 80
-    assert (jobs["ckpt"].start_time, jobs["ckpt"].end_time) == (0.0, 120.0)
-    assert jobs["ckpt"].lost_gpu_seconds == pytest.approx(10 * 8)
+    # ckpt kept 60 s of work (checkpoints at 30 and 60): restarting at 80, it restores its
+    # checkpoint (30 s on 8 GPUs, counted as lost GPU time), then runs the 40 s left
+    assert (jobs["ckpt"].start_time, jobs["ckpt"].end_time) == (0.0, 150.0)
+    assert jobs["ckpt"].lost_gpu_seconds == pytest.approx(10 * 8 + 30 * 8)
     # plain restarts from zero
     assert jobs["plain"].end_time == 180.0
     assert jobs["plain"].lost_gpu_seconds == pytest.approx(70 * 8)
@@ -177,8 +178,9 @@ BACKFILL_WORKLOAD = (
 
 
 def test_easy_backfill_starts_what_fits_before_the_reservation() -> None:
-    fifo = times(run(BACKFILL_WORKLOAD))
-    easy = times(run(BACKFILL_WORKLOAD, config="policy: {backfill: true}\n"))
+    strict = "policy: {order: fair-share, backfill: false, preemption: false}\n"
+    fifo = times(run(BACKFILL_WORKLOAD, config=strict))
+    easy = times(run(BACKFILL_WORKLOAD, config=strict.replace("false,", "true,", 1)))
     # strict order: everything waits behind the gang, which waits for a
     assert fifo["short"] == ("completed", 130.0, 180.0)
     # backfill: short fits on the idle node and ends (70) before the gang's reservation

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -12,7 +13,16 @@ from rich.text import Text
 from corral.cli.common import Output, OutputOpt, console, err_console, print_json
 from corral.errors import ValidationError
 
+if TYPE_CHECKING:
+    from corral.core.node import Node
+
 app = typer.Typer()
+
+
+class Checkpoint(StrEnum):
+    auto = "auto"
+    signal = "signal"
+    none = "none"
 
 
 @app.command()
@@ -45,6 +55,15 @@ def sim(
             help="reveal true run times as runtime_estimate (the shortest-first oracle baseline)",
         ),
     ] = False,
+    checkpoint: Annotated[
+        Checkpoint,
+        typer.Option(
+            "--checkpoint",
+            help="how preempted jobs without a checkpoint_interval resume: signal (they save "
+            "when signalled, then pay a restore time), none (from zero); auto: signal for "
+            "traces, none for jobs files",
+        ),
+    ] = Checkpoint.auto,
     output: OutputOpt = Output.table,
 ) -> None:
     """Simulate a workload on a declared cluster with the production scheduler."""
@@ -53,8 +72,11 @@ def sim(
     from corral.sim.metrics import compute_metrics, jobs_json
     from corral.sim.render import compare_table, metrics_table
 
-    workload = _workload(jobs, trace, seed)
-    nodes = _nodes(cluster, workload)
+    declared = _cluster(cluster)
+    workload = _workload(jobs, trace, seed, declared)
+    nodes = _nodes(declared, workload)
+    if checkpoint is Checkpoint.signal or (checkpoint is Checkpoint.auto and trace is not None):
+        workload = workload.saving_on_preemption()
     if oracle:
         workload = workload.with_true_runtimes()
     configs = [config] if config else []
@@ -65,26 +87,30 @@ def sim(
         name = (path.stem if path else "default") + (" (oracle)" if oracle else "")
         with _progress(output, name, len(workload.jobs)) as tick:
             result = simulate(nodes, workload, load_config(text, str(path or "")), name, seed, tick)
-        runs.append((name, result, compute_metrics(result)))
+        runs.append((name, result, compute_metrics(result, timed=workload.timed)))
+    notes = list(workload.notes)
     if report is not None:
         from corral.sim.report import write_report
 
-        write_report(report, runs)
+        write_report(report, runs, notes)
     if output is Output.json:
         if len(runs) == 1:
             name, result, metrics = runs[0]
-            print_json({"jobs": jobs_json(result), "metrics": metrics.to_json()})
+            print_json({"jobs": jobs_json(result), "metrics": metrics.to_json(), "notes": notes})
         else:
             print_json(
                 {
                     "configs": [
                         {"name": n, "jobs": jobs_json(r), "metrics": m.to_json()}
                         for n, r, m in runs
-                    ]
+                    ],
+                    "notes": notes,
                 }
             )
     else:
         console.print(Text(workload.source or "workload", style="bold"))
+        for note in notes:
+            console.print(Text(f"note: {note}", style="yellow"))
         refused = sum(1 for j in runs[0][1].jobs if j.state.value == "refused")
         if refused:
             console.print(
@@ -99,7 +125,11 @@ def sim(
         console.print(f"report written to {report}")
 
 
-def _workload(jobs: Path | None, trace: str | None, seed: int):  # noqa: ANN202
+def _workload(  # noqa: ANN202
+    jobs: Path | None, trace: str | None, seed: int, nodes: list[Node] | None
+):
+    """The jobs file's or the trace's workload; a trace that cuts jobs into gangs by GPUs
+    per node takes that count from the cluster (``nodes``) unless its options give it."""
     from corral.sim.jobs_file import load_jobs
 
     if (jobs is None) == (trace is None):
@@ -109,19 +139,28 @@ def _workload(jobs: Path | None, trace: str | None, seed: int):  # noqa: ANN202
             return load_jobs(jobs.read_text(), str(jobs))
         except OSError as exc:
             raise ValidationError(f"--jobs: cannot read {jobs}: {exc.strerror}") from None
+    from corral.sim.traces.common import cluster_gpus_per_node
     from corral.sim.traces.registry import read_trace
 
-    return read_trace(str(trace), seed)
+    per_node = cluster_gpus_per_node(nodes) if nodes is not None else None
+    return read_trace(str(trace), seed, gpus_per_node=per_node)
 
 
-def _nodes(cluster: Path | None, workload):  # noqa: ANN001, ANN202
+def _cluster(cluster: Path | None) -> list[Node] | None:
+    """The nodes of ``--cluster``, or None without it."""
     from corral.schemas.cluster import load_cluster
 
-    if cluster is not None:
-        try:
-            return load_cluster(cluster.read_text(), str(cluster)).to_nodes()
-        except OSError as exc:
-            raise ValidationError(f"--cluster: cannot read {cluster}: {exc.strerror}") from None
+    if cluster is None:
+        return None
+    try:
+        return load_cluster(cluster.read_text(), str(cluster)).to_nodes()
+    except OSError as exc:
+        raise ValidationError(f"--cluster: cannot read {cluster}: {exc.strerror}") from None
+
+
+def _nodes(declared: list[Node] | None, workload):  # noqa: ANN001, ANN202
+    if declared is not None:
+        return declared
     if workload.nodes:
         return list(workload.nodes)
     raise ValidationError("--cluster is required: this workload does not come with a cluster")

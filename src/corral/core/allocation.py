@@ -72,7 +72,8 @@ class Allocation:
     note: str = ""  # what the placement got, for the job's events (e.g. its topology)
     queue: str = "default"  # the job's queue (quota accounting, fair share)
     started_at: float | None = None  # when this attempt started (None: unknown)
-    last_checkpoint: float | None = None  # the job's last reported checkpoint (None: never)
+    # the job's last reported checkpoint (None: never; inf: it saves when signalled)
+    last_checkpoint: float | None = None
 
     @property
     def gpus(self) -> float:

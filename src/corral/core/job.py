@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import cached_property
 
 from corral.core.resources import GpuKind, GpuRequest
 from corral.core.tpu import TpuRequest
@@ -121,7 +122,7 @@ class JobSpec:
             return 0
         return self.gpus.count // self.tasks_per_node
 
-    @property
+    @cached_property  # (frozen: computed once; the jct order reads it every cycle)
     def total_gpus(self) -> float:
         """GPUs of the whole job, fractions counted as such (for display and accounting)."""
         if self.gpus.kind is GpuKind.WHOLE:
@@ -144,7 +145,31 @@ class Job:
     preemptible: bool
     submitted_at: float
     attempt: int = 0
+    ran: float = 0.0  # seconds of work kept from earlier attempts (its progress so far)
+    predicted_runtime: float | None = None  # learned from similar jobs (scheduling.estimates)
 
     @property
     def queue(self) -> str:
         return self.spec.queue
+
+    @cached_property  # (frozen: computed once per job object; read on every cycle)
+    def expected_runtime(self) -> float:
+        """What the scheduler plans with: the spec's ``runtime_estimate``, else the
+        prediction (capped by the ``time_limit``), else the ``time_limit``, else infinity."""
+        spec = self.spec
+        if spec.runtime_estimate:
+            return spec.runtime_estimate
+        if self.predicted_runtime:
+            return min(self.predicted_runtime, spec.time_limit or math.inf)
+        return spec.time_limit or math.inf
+
+    @cached_property
+    def expected_remaining(self) -> float:
+        """Seconds it is expected to run from its next start: the expected run time less
+        the work kept; a job that has outrun its estimate is expected to run as long again
+        (never less than a minute). Infinity when nothing is known."""
+        total = self.expected_runtime
+        if math.isinf(total):
+            return total
+        left = total - self.ran
+        return left if left > 0 else max(self.ran, total, 60.0)

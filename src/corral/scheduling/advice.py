@@ -8,14 +8,19 @@ one that would let it start now:
 - the same GPUs over more nodes with fewer GPUs each ("fits now with 8 x 1 GPU"), the
   fewest nodes that fit, tasks per node adjusted so each task keeps its GPUs;
 - without a node_selector label, without the GPU model (naming the model it would get);
-- fewer CPUs or less memory per node, when those are what stands in the way.
+- fewer CPUs or less memory per node, when those are what stands in the way;
+- held back by a backfill reservation of a job ahead of it (``plan.wait_of``): it says so
+  first (whose, on which nodes, until when) and hints a ``runtime_estimate`` short enough
+  to end before that reservation starts; every trial keeps off the reserved nodes.
 
-When none fits it says what the job waits for (its estimated start, when known). Pure,
-deterministic and bounded: at most ``MAX_TRIALS`` trial placements.
+It never says a job "fits now as asked" unless the plan has it start now. When none fits
+it says what the job waits for (its estimated start, when known). Pure, deterministic and
+bounded: at most ``MAX_TRIALS`` trial placements.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -25,8 +30,15 @@ from corral.core.job import Job, JobSpec, Topology, TopologyLevel, TopologyMode
 from corral.core.resources import GpuKind
 from corral.core.units import format_duration, format_size
 from corral.scheduling.config import SchedulerConfig
-from corral.scheduling.cycle import place_gang
-from corral.scheduling.framework import NodeRequest, Profile, Unresolvable, Unschedulable
+from corral.scheduling.evaluation import NodeEvaluator
+from corral.scheduling.framework import (
+    NodeRequest,
+    Profile,
+    Reservation,
+    Unresolvable,
+    Unschedulable,
+)
+from corral.scheduling.placement import place_gang
 from corral.scheduling.plugins.topology import common_level
 from corral.scheduling.snapshot import Snapshot
 
@@ -44,22 +56,38 @@ def start_sooner(
     config: SchedulerConfig,
     now: float,
     estimated_start: float | None = None,
+    reservation: Reservation | None = None,
 ) -> list[str]:
     """Hints, best first, for a pending ``job``: changes to its request that would let it
     start now on ``snapshot`` (one per kind of change); else one sentence on what it waits
-    for. ``estimated_start`` is the job's estimate from the plan, if any."""
+    for. ``estimated_start`` is the job's estimate from the plan, if any; ``reservation``
+    the one of a job ahead of it whose nodes it may not use while it would run past its
+    start (``plan.wait_of``)."""
     placement = config.queue_placement(job.queue)
+    evaluator = NodeEvaluator(profile)  # filter and score results, shared by the trials
 
-    def trial(spec: JobSpec) -> Outcome:
+    def trial(spec: JobSpec, reserved: bool = True) -> Outcome:
         variant = replace(job, spec=spec)
-        return place_gang(variant, NodeRequest.of(spec, placement), snapshot, profile, now=now)
+        request = NodeRequest.of(spec, placement)
+        held = _held(variant, reservation, now) if reserved else None
+        return place_gang(variant, request, snapshot, profile, evaluator, held, now=now)
 
     as_asked = trial(job.spec)
     if isinstance(as_asked, Allocation):
-        return ["it fits now as asked: it waits for its turn (see the reason), not for resources"]
-    hints: dict[str, str] = {}  # by kind of change
+        return [_turn(estimated_start, now)]
     trials = 1
-    for kind, spec, hint in _variants(job.spec, snapshot):
+    applies = reservation if reservation is not None and _held(job, reservation, now) else None
+    held_back: Reservation | None = None
+    if applies is not None:
+        trials += 1
+        if isinstance(trial(job.spec, reserved=False), Allocation):
+            held_back = applies
+    lead = [_held_back(job, held_back, estimated_start, now)] if held_back else []
+    hints: dict[str, str] = {}  # by kind of change
+    variants: Iterator[Variant] = _variants(job.spec, snapshot)
+    if held_back is not None:
+        variants = itertools.chain(_shorter(job.spec, held_back, now, config), variants)
+    for kind, spec, hint in variants:
         if kind in hints:
             continue
         if trials >= MAX_TRIALS:
@@ -68,17 +96,79 @@ def start_sooner(
         outcome = trial(spec)
         if isinstance(outcome, Allocation):
             hints[kind] = hint(outcome)
-    return list(hints.values()) or [_waiting(as_asked, estimated_start, now)]
+    return lead + list(hints.values()) or [_waiting(as_asked, estimated_start, now, applies)]
 
 
-def _waiting(outcome: Outcome, estimated_start: float | None, now: float) -> str:
+def _held(job: Job, reservation: Reservation | None, now: float) -> dict[str, int]:
+    """The reserved nodes ``job`` may not use: it would still run when the reservation
+    starts (as the cycle's backfill holds them)."""
+    if reservation is None or reservation.job_id == job.id:
+        return {}
+    ends = now + job.expected_runtime
+    if ends > reservation.start or math.isinf(ends):
+        return dict.fromkeys(reservation.nodes, reservation.job_id)
+    return {}
+
+
+def _turn(estimated_start: float | None, now: float) -> str:
+    """A job that fits the resources free now (and not reserved for another)."""
+    if estimated_start is not None and estimated_start <= now:
+        return "it fits now as asked: it should start at the next scheduling cycle"
+    text = "as asked it fits the resources free now, but jobs ahead of it come first"
+    if estimated_start is None:
+        return f"{text} (see the reason: the job it waits behind, or its queue's quota)"
+    return f"{text}: expected to start in about {format_duration(estimated_start - now)}"
+
+
+def _held_back(job: Job, held: Reservation, estimated_start: float | None, now: float) -> str:
+    """``held back by job 1's reservation of n0, n1 (...); expected to start in ...``"""
+    runtime = job.expected_runtime
+    if math.isinf(held.start):
+        when = "it starts when running jobs without estimates end"
+    else:
+        when = f"it starts in about {format_duration(held.start - now)}"
+    if math.isinf(runtime):
+        why = "with no runtime_estimate or time_limit it could still run then"
+    else:
+        why = f"with its runtime estimate of {format_duration(runtime)} it would still run then"
+    text = f"held back by job {held.job_id}'s reservation of {', '.join(sorted(held.nodes))} "
+    text += f"({when}; {why})"
+    if estimated_start is not None:
+        text += f"; expected to start in about {format_duration(estimated_start - now)}"
+    return text
+
+
+def _shorter(
+    spec: JobSpec, held: Reservation, now: float, config: SchedulerConfig
+) -> Iterator[Variant]:
+    """A ``runtime_estimate`` that ends before the reservation starts, in whole minutes,
+    with a scheduling interval to spare (none under a minute)."""
+    room = held.start - now - config.policy.interval
+    if math.isinf(room) or room < 60:
+        return
+    seconds = room // 60 * 60
+    text = (
+        f"fits now with runtime_estimate: {format_duration(seconds)} or less, if it can finish "
+        f"by then (it would end before job {held.job_id}'s reservation starts)"
+    )
+    yield "runtime", replace(spec, runtime_estimate=seconds), lambda _alloc: text
+
+
+def _waiting(
+    outcome: Outcome, estimated_start: float | None, now: float, behind: Reservation | None
+) -> str:
     prefix = "no single change to its request lets it start now"
     if isinstance(outcome, Unresolvable):
         return f"{prefix}, and as asked it cannot run on the ready nodes (see the reason)"
     if estimated_start is not None:
+        after = ""
+        if behind is not None:
+            nodes = ", ".join(sorted(behind.nodes))
+            after = f" and after job {behind.job_id}, which has {nodes} reserved"
         return (
             f"{prefix}; expected to start in about {format_duration(estimated_start - now)}"
-            ", as running jobs end (an estimate: it assumes they run for their estimates)"
+            f", as running jobs end{after} (an estimate: it assumes they run for their "
+            "estimates)"
         )
     return (
         f"{prefix}; it starts when running jobs free enough resources (no estimate: "

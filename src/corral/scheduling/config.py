@@ -48,14 +48,27 @@ class PluginRef:
 
 
 @dataclass(frozen=True)
+class JctPolicy:
+    """``policy.jct``: the knobs of the ``jct`` order (``plugins/jct.py``)."""
+
+    preempt: bool = True  # preempt much longer checkpointed jobs of equal priority and queue
+    margin: float = 4.0  # a victim's expected remaining GPU-time over the job's, at least
+    min_run: float = 600.0  # seconds a victim has run since it last started, at least
+    starvation: float = 8.0  # waited this many times its expected run time: goes first
+    starvation_floor: float = 3600.0  # ... and at least this many seconds
+
+
+@dataclass(frozen=True)
 class Policy:
     placement: PlacementPolicy = PlacementPolicy.BINPACK
-    backfill: bool = False
-    preemption: bool = False
+    backfill: bool = True
+    preemption: bool = True
     fair_share_half_life: float = 7 * 86400.0
     interval: float = 10.0
-    order: str = "fair-share"  # the QueueSort: fair-share | priority-fifo | shortest-first
-    sharing: str = "packing"  # placement of shared GPUs: packing | bestfit | fgd | corral
+    # the QueueSort: jct | fair-share | priority-fifo | shortest-first
+    order: str = "jct"
+    jct: JctPolicy = field(default_factory=JctPolicy)
+    sharing: str = "corral"  # placement of shared GPUs: corral | packing | bestfit | fgd
     idle: IdlePolicy = field(default_factory=IdlePolicy)  # for queues without their own
 
 

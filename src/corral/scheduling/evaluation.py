@@ -265,7 +265,9 @@ def as_candidates(candidates: Sequence[ScoredNode]) -> Candidates:
 
 @dataclass
 class NodeEvaluator:
-    """Per-shape indexes for one profile over one snapshot (LRU-bounded)."""
+    """Per-shape indexes for one profile over one snapshot (LRU-bounded). Kept between
+    jobs and cycles by the caller (``SchedulingMemo.evaluator``); used with one snapshot
+    only, as it follows that snapshot's change log."""
 
     profile: Profile
 
@@ -289,11 +291,3 @@ class NodeEvaluator:
             self._shapes.move_to_end(request)
         index.sync(snapshot)
         return Candidates(index, snapshot.nodes, excluded)
-
-
-def evaluator_for(snapshot: Snapshot, profile: Profile) -> NodeEvaluator:
-    """The evaluator kept with ``snapshot`` for ``profile`` (made on first use)."""
-    evaluator = snapshot.caches.get(profile)
-    if not isinstance(evaluator, NodeEvaluator):
-        evaluator = snapshot.caches[profile] = NodeEvaluator(profile)
-    return evaluator

@@ -25,7 +25,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
@@ -231,11 +231,13 @@ def fair_order(
     shares: Mapping[str, float],
     weights: Mapping[str, float],
     capacity: Capacity,
+    within: Callable[[Job], tuple] | None = None,
 ) -> list[Job]:
     """``jobs`` in fair-share order (a new list; see the module docstring).
 
     ``shares``: each queue's dominant share (``UsageLedger.shares``; absent: 0);
-    ``weights``: each queue's weight (absent: 1). Each job handed out adds its
+    ``weights``: each queue's weight (absent: 1); ``within``: the order inside a queue
+    (default: submission order; the ``jct`` order passes its own). Each job handed out adds its
     ``job_share`` to its queue's share, and the share carries over to lower priorities.
     O(J log J) for the sort within queues plus O(J log Q) for the heap of queue heads.
     """
@@ -249,7 +251,7 @@ def fair_order(
         heads: list[tuple[float, float, int, str]] = []
         position: dict[str, int] = {}
         for queue, members in queues.items():
-            members.sort(key=lambda j: (j.submitted_at, j.id))
+            members.sort(key=within or _submission)
             position[queue] = 0
             head = members[0]
             weight = weights.get(queue, 1.0)
@@ -267,3 +269,7 @@ def fair_order(
                 weight = weights.get(queue, 1.0)
                 heapq.heappush(heads, (share[queue] / weight, head.submitted_at, head.id, queue))
     return out
+
+
+def _submission(job: Job) -> tuple:
+    return (job.submitted_at, job.id)

@@ -6,10 +6,10 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import replace
 
-from corral.core.job import JobSpec, TopologyMode
+from corral.core.job import JobSpec, TopologyLevel, TopologyMode
 from corral.core.node import Node
-from corral.core.resources import GpuKind
-from corral.core.tpu import TpuHost, format_shape, misfit
+from corral.core.resources import GpuKind, model_matches
+from corral.core.tpu import GPU, TpuHost, format_shape, misfit
 from corral.scheduling.config import SchedulerConfig
 from corral.scheduling.framework import NodeRequest
 from corral.scheduling.plugins.filters import NodeSelectorFilter, fits_capacity
@@ -59,7 +59,9 @@ def never_fits(spec: JobSpec, shapes: NodeShapes, config: SchedulerConfig) -> st
         else:
             able += count
     if able >= spec.nodes:
-        return _topology_never_fits(spec, request, shapes, selector)
+        return _topology_never_fits(spec, request, shapes, selector) or _nvlink_never_fits(
+            spec, request, shapes, selector
+        )
     what = f"{spec.nodes} node{'s' if spec.nodes > 1 else ''} with {request.describe()}"
     if request.gpus.kind is GpuKind.WHOLE:
         most = max(len(n.devices) for n, _ in shapes)
@@ -100,6 +102,45 @@ def _topology_never_fits(
         f"{request.describe()} in one {level} domain, but the largest has {best}"
         + ("" if sizes else " (no node declares a network path that deep)")
     )
+
+
+def _nvlink_never_fits(
+    spec: JobSpec, request: NodeRequest, shapes: NodeShapes, selector: NodeSelectorFilter
+) -> str | None:
+    """``topology: {level: nvlink, mode: required}``: some node that could host the job
+    must have an NVLink domain of at least its GPUs per node (of its model, not in MIG
+    mode), as the ``nvlink-domain`` filter asks."""
+    topology = spec.topology
+    need = request.whole_gpus
+    if (
+        topology is None
+        or topology.level is not TopologyLevel.NVLINK
+        or topology.mode is not TopologyMode.REQUIRED
+        or not need
+    ):
+        return None
+    largest = 0
+    for node, _ in shapes:
+        view = NodeView(node)
+        if selector.filter(request, view) is None and fits_capacity(request, view) is None:
+            largest = max(largest, largest_nvlink_domain(node, request.model))
+    if largest >= need:
+        return None
+    return (
+        f"can never fit this cluster: topology: nvlink required: {need} GPUs per node in one "
+        f"NVLink domain, but the largest NVLink domain of any node that could host it holds "
+        f"{largest} (use mode: preferred to let its GPUs span domains)"
+    )
+
+
+def largest_nvlink_domain(node: Node, model: str | None = None) -> int:
+    """The most GPUs (matching ``model``, not in MIG mode) of one NVLink domain of ``node``."""
+    sizes: Counter[int] = Counter(
+        device.nvlink_domain
+        for device in node.devices
+        if device.kind == GPU and not device.mig and model_matches(device.model, model)
+    )
+    return max(sizes.values(), default=0)
 
 
 def _tpu_pods(shapes: NodeShapes, generation: str) -> dict[str, TpuHost]:

@@ -25,6 +25,7 @@ from corral.core.job import Job, JobSpec, PlacementPolicy, Topology
 from corral.core.resources import GpuKind, GpuRequest
 
 if TYPE_CHECKING:
+    from corral.scheduling.memo import SchedulingMemo
     from corral.scheduling.quota import QuotaBook
     from corral.scheduling.snapshot import NodeView, Snapshot
 
@@ -165,12 +166,17 @@ class PostFilterResult:
     reason: str | None = None  # put before the pending reason when set
     allow_others: bool = False  # lower jobs may still be placed this cycle (backfill)
     reservation: Reservation | None = None
+    # (victim job id, why it is preempted) for the victims' events; a victim without one
+    # gets "preempted for job N"
+    explanations: tuple[tuple[int, str], ...] = ()
 
 
 @dataclass(frozen=True)
 class CycleContext:
     """What a post-filter may look at: the cycle's working state, and a trial placement
-    (``place``) that assumes nothing. Changes to ``snapshot`` must be undone."""
+    (``place``) that assumes nothing. Changes to ``snapshot`` must be undone. ``memo`` is
+    where a plugin keeps what it shares across the cycle (``memo.cycle``) or across cycles
+    (None: nothing is kept between calls)."""
 
     snapshot: Snapshot
     allocations: tuple[Allocation, ...]  # running work, with expected ends
@@ -179,6 +185,7 @@ class CycleContext:
     place: Callable[[Job, NodeRequest], Allocation | Unschedulable | Unresolvable]
     preempting: frozenset[int] = frozenset()  # jobs already being preempted (not victims again)
     quota: QuotaBook | None = None  # this cycle's quota accounting (None: no quotas)
+    memo: SchedulingMemo | None = None  # the cycle's memo (scheduling.memo)
 
 
 @runtime_checkable

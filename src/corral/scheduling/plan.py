@@ -17,6 +17,14 @@ It is an estimate: it assumes no new arrivals, no preemption, no quota limits, n
 changes, and that every job runs exactly as long as its ``runtime_estimate`` (else its
 ``time_limit``). Jobs that do not fit within the walk get no estimate.
 
+After a cycle (``AfterCycle``) the walk keeps to what the cycle decided: every job it left
+pending was tried at ``now``, so none starts before the first release; the starts the
+cycle set (a backfill reservation, the exit of preempted jobs) are kept as lower bounds,
+their jobs planned with the others, so the jobs behind them see their reservations and
+planned use; and the allocations of jobs being preempted end ``now``. :func:`wait_of`
+plans one pending job behind the jobs ahead of it and names the reservation, if any, that
+keeps it off resources free now (for the advice, ``scheduling.advice``).
+
 The work is bounded: the first ``limit`` blocked jobs only, at most ``max_steps`` release
 steps (allocations ending at the same time are released together; when there are more
 distinct end times than steps, consecutive ones are merged and released at the latest of
@@ -31,8 +39,8 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 from sortedcontainers import SortedList
 
@@ -40,8 +48,15 @@ from corral.core.allocation import Allocation
 from corral.core.job import Job
 from corral.core.resources import GpuKind
 from corral.scheduling.config import SchedulerConfig
-from corral.scheduling.evaluation import evaluator_for
-from corral.scheduling.framework import NodeRequest, Profile, Unresolvable, Unschedulable
+from corral.scheduling.evaluation import NodeEvaluator
+from corral.scheduling.framework import (
+    NodeRequest,
+    Profile,
+    Reservation,
+    Unresolvable,
+    Unschedulable,
+)
+from corral.scheduling.placement import place_gang
 from corral.scheduling.snapshot import NodeView, Snapshot
 
 MAX_JOBS = 100  # blocked jobs planned, the first in scheduling order
@@ -104,6 +119,16 @@ def earliest_start(
             step()
 
 
+@dataclass(frozen=True)
+class AfterCycle:
+    """What a cycle decided about the jobs it left pending, for :func:`estimate_starts`:
+    it tried them all at ``now``; ``starts`` it set itself (reservations, preempted jobs'
+    exit), by job id; ``freeing``: jobs being preempted (their allocations end now)."""
+
+    starts: Mapping[int, float] = field(default_factory=dict)
+    freeing: Collection[int] = frozenset()
+
+
 def estimate_starts(
     snapshot: Snapshot,
     allocations: Sequence[Allocation],
@@ -113,6 +138,8 @@ def estimate_starts(
     now: float,
     limit: int = MAX_JOBS,
     max_steps: int = MAX_STEPS,
+    evaluator: NodeEvaluator | None = None,
+    after: AfterCycle | None = None,
 ) -> dict[int, float]:
     """Estimated start times (``>= now``) of ``blocked`` jobs, by job id.
 
@@ -120,16 +147,59 @@ def estimate_starts(
     including this cycle's placements); ``blocked`` are the jobs left pending, in the
     order the cycle tried them. Jobs left out of the result get no estimate: they never
     fit within the walk, wait behind work without an expected end, or are past ``limit``.
-    Pure; ``snapshot`` is restored before returning.
+    ``evaluator``: the cycle's filter and score index over ``snapshot`` (default: a new
+    one). ``after``: called after a cycle, ``blocked`` includes the jobs it gave a start
+    (see :class:`AfterCycle`); no estimate is earlier than the cycle's, nor than the first
+    release. Pure; ``snapshot`` is restored before returning.
     """
     jobs = list(blocked[: max(0, limit)])
     if not jobs:
         return {}
-    walk = _Walk(snapshot, profile, now, max(1, max_steps))
+    walk = _Walk(snapshot, profile, evaluator or NodeEvaluator(profile), now, max(1, max_steps))
     try:
-        return walk.run(jobs, allocations, config)
+        starts = walk.run(jobs, allocations, config, after)
     finally:
         walk.restore()
+    if after is not None:
+        for job in jobs:
+            decided = after.starts.get(job.id)
+            if decided is not None:
+                starts[job.id] = max(decided, starts.get(job.id, decided))
+    return starts
+
+
+@dataclass(frozen=True)
+class Wait:
+    """What the forward plan says of one pending job (:func:`wait_of`)."""
+
+    start: float | None  # its estimated start (None: not within the walk)
+    reservation: Reservation | None  # of a job ahead, keeping it off resources free now
+
+
+def wait_of(
+    job: Job,
+    ahead: Sequence[Job],
+    snapshot: Snapshot,
+    allocations: Sequence[Allocation],
+    profile: Profile,
+    config: SchedulerConfig,
+    now: float,
+) -> Wait:
+    """``job``'s estimated start behind ``ahead`` (the jobs before it in the scheduling
+    order that wait for resources; the first ``MAX_JOBS - 1`` are planned), and, with
+    backfill, the reservation the plan gives the first of them that cannot start now when
+    ``job`` may not use its nodes (it would still run when the reservation starts). Pure;
+    ``snapshot`` (holding ``allocations``) is restored before returning."""
+    jobs = [*ahead[: MAX_JOBS - 1], job]
+    walk = _Walk(snapshot, profile, NodeEvaluator(profile), now, MAX_STEPS)
+    try:
+        starts = walk.run(jobs, allocations, config)
+    finally:
+        walk.restore()
+    start, first = starts.get(job.id), walk.first_reservation
+    if first is None or start == now or not first.held_from(job, now + job.expected_remaining):
+        return Wait(start, None)
+    return Wait(start, Reservation(first.job_id, first.nodes, first.start))
 
 
 @dataclass(frozen=True)
@@ -189,10 +259,17 @@ class _Walk:
     """The forward walk over one snapshot: releases and assumptions with their undos, the
     expected ends still to come, and free whole GPUs counted per node pool."""
 
-    def __init__(self, snapshot: Snapshot, profile: Profile, now: float, max_steps: int) -> None:
+    def __init__(
+        self,
+        snapshot: Snapshot,
+        profile: Profile,
+        evaluator: NodeEvaluator,
+        now: float,
+        max_steps: int,
+    ) -> None:
         self.snapshot = snapshot
         self.profile = profile
-        self.evaluator = evaluator_for(snapshot, profile)
+        self.evaluator = evaluator
         self.now = now
         self.max_steps = max_steps
         self.lookahead_left = 0  # releases left for reservation look-aheads (set in run)
@@ -204,17 +281,18 @@ class _Walk:
         self.width = max((len(v.node.devices) for v in self.ready), default=0)
         self.pools: dict[tuple, _Pool] = {}  # by (node selector, GPU model)
         self.dirty: set[NodeView] = set()  # nodes changed since the pools counted them
-        self.views_of: dict[int, list[NodeView]] = {}  # nodes by id of allocation
+        self.views_of: dict[int, list[NodeView]] = {}  # an allocation's nodes, by job id
+        self.first_reservation: _Reservation | None = None  # held after the first step
 
     # -- changes, counted -----------------------------------------------------------
 
     def _change(self, apply: Callable[[Allocation], Undo], alloc: Allocation) -> Undo:
         """``apply`` (the snapshot's assume or release), its nodes marked for a recount
         (done when the counts are next read)."""
-        views = self.views_of.get(id(alloc))
+        views = self.views_of.get(alloc.job_id)
         if views is None:
             nodes = self.snapshot.nodes
-            views = self.views_of[id(alloc)] = [nodes[n] for n in alloc.nodes if n in nodes]
+            views = self.views_of[alloc.job_id] = [nodes[n] for n in alloc.nodes if n in nodes]
         inner = apply(alloc)
         self.dirty.update(views)
 
@@ -259,9 +337,16 @@ class _Walk:
     # -- the walk -------------------------------------------------------------------
 
     def run(
-        self, jobs: list[Job], allocations: Sequence[Allocation], config: SchedulerConfig
+        self,
+        jobs: list[Job],
+        allocations: Sequence[Allocation],
+        config: SchedulerConfig,
+        after: AfterCycle | None = None,
     ) -> dict[int, float]:
+        freeing = after.freeing if after is not None else ()
         for alloc in allocations:
+            if alloc.job_id in freeing:  # being preempted: it ends now
+                alloc = replace(alloc, expected_end=self.now)
             if not math.isinf(alloc.expected_end):
                 self.ends.add((alloc.expected_end, alloc.job_id, next(self.seq), alloc))
         self.batch = max(1, math.ceil(len(self.ends) / self.max_steps))
@@ -281,7 +366,11 @@ class _Walk:
                 if released is None:
                     break
                 at = released
+            elif after is not None:
+                continue  # the cycle tried them all at now: none starts before a release
             waiting, reservation = self._start_fitting(at, waiting, reservation, backfill, starts)
+            if not step:
+                self.first_reservation = reservation
             if not waiting:
                 break
         return starts
@@ -312,9 +401,6 @@ class _Walk:
         starts: dict[int, float],
     ) -> tuple[list[_Waiting], _Reservation | None]:
         """Start, at ``at``, the waiting jobs that fit then; the ones still waiting."""
-        # imported here: cycle -> registry -> plugins.backfill -> this module
-        from corral.scheduling.cycle import place_gang
-
         still: list[_Waiting] = []
         failed: set[tuple[int, bool]] = set()  # shapes that did not fit at this step
         for item in waiting:
@@ -322,7 +408,7 @@ class _Walk:
                 still.append(item)  # strict order: behind a job that waits
                 continue
             job, request = item.job, item.request
-            held = reservation.held_from(job, at + job.spec.expected_runtime) if reservation else {}
+            held = reservation.held_from(job, at + job.expected_remaining) if reservation else {}
             shape = (item.shape, bool(held))
             outcome: Outcome | None = None
             early = (
@@ -355,8 +441,6 @@ class _Walk:
     def _reserve(self, item: _Waiting, at: float) -> _Reservation | None:
         """When and where ``item`` could start as the planned work ends (EASY backfill's
         reservation); None when the look-ahead budget ran out, ``_NEVER`` if never."""
-        from corral.scheduling.cycle import place_gang
-
         if self.lookahead_left <= 0:
             return None
         exhausted = True

@@ -150,10 +150,11 @@ class QuotaBook:
 
     def amounts(self, alloc: Allocation) -> dict[str, float]:
         """GPUs ``alloc`` holds under each key (keys it holds nothing under are left out).
-        Memoized per allocation (they are immutable; do not mutate the result)."""
-        entry = self._amounts.get(id(alloc))
-        if entry is None or entry[0] is not alloc:  # (an id may be reused once freed)
-            entry = self._amounts[id(alloc)] = (alloc, self._compute_amounts(alloc))
+        Memoized per job's allocation (they are immutable; do not mutate the result)."""
+        entry = self._amounts.get(alloc.job_id)
+        # (the same object, usually; trial placements of one job differ: compared then)
+        if entry is None or (entry[0] is not alloc and entry[0] != alloc):
+            entry = self._amounts[alloc.job_id] = (alloc, self._compute_amounts(alloc))
         return entry[1]
 
     def _compute_amounts(self, alloc: Allocation) -> dict[str, float]:

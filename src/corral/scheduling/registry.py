@@ -16,6 +16,7 @@ from typing import Any
 from corral.errors import ValidationError
 from corral.scheduling.config import SchedulerConfig
 from corral.scheduling.framework import PostFilter, Profile, Score
+from corral.scheduling.mix import LearnedMix, learned_arguments
 from corral.scheduling.plugins.backfill import EasyBackfill
 from corral.scheduling.plugins.corral import CorralDeviceSelect, CorralScore
 from corral.scheduling.plugins.devices import NvlinkDeviceSelect
@@ -27,6 +28,7 @@ from corral.scheduling.plugins.filters import (
 )
 from corral.scheduling.plugins.gang import TopScoredNodes
 from corral.scheduling.plugins.health import CoolHealthyNodes
+from corral.scheduling.plugins.jct import ShortestExpectedFirst
 from corral.scheduling.plugins.preemption import Preemption
 from corral.scheduling.plugins.queue_sort import FairShare, PriorityThenSubmission, ShortestFirst
 from corral.scheduling.plugins.scoring import PackingScore
@@ -85,6 +87,7 @@ def default_registry(load_entry_points: bool = True) -> PluginRegistry:
     registry = PluginRegistry()
     for factory in (
         FairShare,
+        ShortestExpectedFirst,
         PriorityThenSubmission,
         ShortestFirst,
         Preemption,
@@ -113,21 +116,31 @@ def default_registry(load_entry_points: bool = True) -> PluginRegistry:
     return registry
 
 
-def build_profile(config: SchedulerConfig, registry: PluginRegistry | None = None) -> Profile:
-    """The profile for ``config``: built-ins plus the configured scoring plugins."""
+def build_profile(
+    config: SchedulerConfig,
+    registry: PluginRegistry | None = None,
+    learned: LearnedMix | None = None,
+) -> Profile:
+    """The profile for ``config``: built-ins plus the configured scoring plugins. The
+    ``corral`` sharing policy takes the ``learned`` mix and supply where its configured
+    arguments give none (see ``scheduling/mix.py``; nothing learned: it packs)."""
     registry = registry or default_registry()
+    learned_args = learned_arguments(config, learned)
     extra: list[Score] = []
     for ref in config.plugins:
-        plugin = registry.create(ref.name, **dict(ref.args))
+        args = dict(ref.args)
+        if ref.name == config.policy.sharing:
+            args = {**learned_args, **args}  # the configuration wins
+        plugin = registry.create(ref.name, **args)
         if not isinstance(plugin, Score):
             raise ValidationError(
                 f"plugins: {ref.name} is not a scoring plugin (needs name, weight, score())"
             )
         plugin.weight = ref.weight
         extra.append(plugin)
-    # The sharing policy's node score (packing by default) and device choice for shares:
+    # The sharing policy's node score (corral by default) and device choice for shares:
     # see plugins/sharing.py (a configured plugin of the policy's name supplies its args).
-    base, inner = sharing_plugins(config.policy.sharing, registry, extra)
+    base, inner = sharing_plugins(config.policy.sharing, registry, extra, learned_args)
     devices = registry.create("topology-devices", inner=inner)
     filters = (
         registry.create("node-state"),
@@ -136,7 +149,7 @@ def build_profile(config: SchedulerConfig, registry: PluginRegistry | None = Non
         registry.create("nvlink-domain"),
     )
     return Profile(
-        queue_sort=registry.create(config.policy.order),
+        queue_sort=_queue_sort(config, registry),
         filters=filters,
         scores=(base, *extra),
         # TPU jobs get a box of hosts in a pod and every chip of each (plugins/tpu.py)
@@ -152,7 +165,15 @@ def _post_filters(
     """Preemption first (a job that can preempt gets its victims), then EASY backfill."""
     chosen: list[PostFilter] = []
     if config.policy.preemption:
-        chosen.append(registry.create("preemption", filters=filters))
+        jct = config.policy.jct if config.policy.order == ShortestExpectedFirst.name else None
+        chosen.append(registry.create("preemption", filters=filters, jct=jct))
     if config.policy.backfill:
         chosen.append(registry.create("easy-backfill"))
     return tuple(chosen)
+
+
+def _queue_sort(config: SchedulerConfig, registry: PluginRegistry) -> Any:
+    """The ``policy.order`` plugin (the ``jct`` order gets ``policy.jct``)."""
+    if config.policy.order == ShortestExpectedFirst.name:
+        return registry.create(config.policy.order, policy=config.policy.jct)
+    return registry.create(config.policy.order)

@@ -4,11 +4,15 @@ Built from nodes and the allocations that hold resources (once per cycle, or kep
 caller between cycles). ``assume`` and ``release`` apply a trial change and return a
 function that undoes it, so preemption and backfill searches explore "what if" without
 copying the cluster. Every change is logged by node name, so indexes built over the
-snapshot (``evaluation.NodeEvaluator``) update only the nodes that changed.
+snapshot (``evaluation.NodeEvaluator``) update only the nodes that changed; and the state
+has an identifier (``Snapshot.state``) that an undo in reverse order gives back, so memos
+of answers about one state (``scheduling.memo``) survive a search that puts back what it
+tried.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 
@@ -40,8 +44,8 @@ class NodeView:
     ``devices[i]``, and its ``used_milli`` is the fraction of its instances in use (so
     ``used_gpus`` stays meaningful); whole and fractional requests never land on it.
 
-    ``version`` changes whenever the free capacity does, so per-cycle caches of filter and
-    score results can tell which nodes to look at again.
+    ``version`` changes whenever the free capacity does, so memos of filter and score
+    results can tell which nodes to look at again.
     """
 
     __slots__ = (
@@ -56,6 +60,7 @@ class NodeView:
         "kind",
         "labels",
         "_position",
+        "_likeness",
     )
 
     def __init__(self, node: Node) -> None:
@@ -70,6 +75,7 @@ class NodeView:
         self.kind = 0  # nodes of one kind are alike but for their names (see Snapshot)
         self.labels = node.label_map
         self._position = {d.index: i for i, d in enumerate(node.devices)}
+        self._likeness: tuple[int, tuple] = (-1, ())  # (version, likeness) last computed
 
     @property
     def name(self) -> str:
@@ -124,9 +130,12 @@ class NodeView:
 
     def likeness(self) -> tuple:
         """Equal for two views of the same kind with the same free capacity (so every
-        filter and score answers the same for them)."""
+        filter and score answers the same for them). Computed once per ``version``."""
+        at, likeness = self._likeness
+        if at == self.version:
+            return likeness
         mig = tuple(map(tuple, self.mig_used)) if any(self.mig_used) else ()
-        return (
+        likeness = (
             self.kind,
             tuple(self.used_milli),
             tuple(self.mem_used) if any(self.mem_used) else (),
@@ -135,6 +144,8 @@ class NodeView:
             self.free_cpus,
             self.free_memory,
         )
+        self._likeness = (self.version, likeness)
+        return likeness
 
     @property
     def used_gpus(self) -> float:
@@ -177,11 +188,17 @@ class Snapshot:
         self._kinds: dict[tuple, int] = {}
         for view in self._views:
             view.kind = self._kinds.setdefault(node_likeness(view.node), len(self._kinds))
-        # Memos that stay valid as long as this snapshot (keyed by their owner, e.g. the
-        # cycle's per-profile evaluator, which follows the change log).
-        self.caches: dict[object, object] = {}
         self._log: list[str] = []  # names of changed nodes, oldest first
         self._log_base = 0  # change position of self._log[0]
+        self._states = itertools.count(1)
+        self._state = 0
+
+    @property
+    def state(self) -> int:
+        """An identifier of the free capacity now: equal identifiers, equal states. Every
+        change makes a new one; its undo gives back the one before it when nothing else
+        changed in between (trial changes undone in reverse order, as searches do)."""
+        return self._state
 
     @property
     def change_position(self) -> int:
@@ -206,7 +223,8 @@ class Snapshot:
     def build(cls, nodes: Iterable[Node], allocations: Iterable[Allocation]) -> Snapshot:
         snapshot = cls(nodes)
         for alloc in allocations:
-            snapshot.assume(alloc)
+            snapshot._apply(alloc, +1)  # (no undo to make)
+        snapshot._state = next(snapshot._states)
         return snapshot
 
     def set_node(self, node: Node) -> None:
@@ -222,6 +240,7 @@ class Snapshot:
         view.labels = node.label_map
         view.version += 1
         self._changed(node.name)
+        self._state = next(self._states)
 
     def views(self) -> Sequence[NodeView]:
         """Every node, in a stable order (do not mutate the sequence)."""
@@ -229,13 +248,22 @@ class Snapshot:
 
     def assume(self, alloc: Allocation) -> Callable[[], None]:
         """Take ``alloc``'s resources; returns the undo."""
-        self._apply(alloc, +1)
-        return lambda: self._apply(alloc, -1)
+        return self._change(alloc, +1)
 
     def release(self, alloc: Allocation) -> Callable[[], None]:
         """Give back ``alloc``'s resources (what if it were preempted); returns the undo."""
-        self._apply(alloc, -1)
-        return lambda: self._apply(alloc, +1)
+        return self._change(alloc, -1)
+
+    def _change(self, alloc: Allocation, sign: int) -> Callable[[], None]:
+        before = self._state
+        self._apply(alloc, sign)
+        after = self._state = next(self._states)
+
+        def undo() -> None:
+            self._apply(alloc, -sign)
+            self._state = before if self._state == after else next(self._states)
+
+        return undo
 
     def _apply(self, alloc: Allocation, sign: int) -> None:
         for name in alloc.nodes:
@@ -243,3 +271,51 @@ class Snapshot:
             if view is not None:
                 view._apply(alloc, sign)
                 self._changed(name)
+
+
+class FreeWholeGpus:
+    """Ready nodes that match a node selector, counted by their free whole GPUs of a
+    model, kept up to date from the snapshot's change log: a job needing ``g`` of them on
+    each of ``n`` nodes cannot fit while fewer than ``n`` nodes have ``g`` (a necessary
+    condition, cheap to ask before a trial placement)."""
+
+    def __init__(self, selector: tuple[tuple[str, str], ...], model: str | None) -> None:
+        self.selector, self.model = selector, model
+        self.by_free: list[int] = []  # member nodes by their number of free whole GPUs
+        self.free_on: dict[str, int] = {}  # member node -> its count in by_free
+        self.synced = -1  # snapshot change-log position; -1: never counted
+
+    def has(self, snapshot: Snapshot, gpus: int, nodes: int) -> bool:
+        """Whether at least ``nodes`` member nodes have ``gpus`` free whole GPUs now."""
+        self.sync(snapshot)
+        return gpus < len(self.by_free) and sum(self.by_free[gpus:]) >= nodes
+
+    def sync(self, snapshot: Snapshot) -> None:
+        changed = snapshot.changes_since(self.synced) if self.synced >= 0 else None
+        if changed is None:
+            views = snapshot.views()
+            self.by_free = [0] * (max((len(v.node.devices) for v in views), default=0) + 1)
+            self.free_on.clear()
+            for view in views:
+                self._recount(view)
+        elif changed:
+            nodes = snapshot.nodes
+            for name in set(changed):
+                self._recount(nodes[name])
+        self.synced = snapshot.change_position
+
+    def _recount(self, view: NodeView) -> None:
+        name = view.name
+        old = self.free_on.pop(name, None)
+        if old is not None:
+            self.by_free[old] -= 1
+        if not view.node.state.schedulable or any(
+            view.labels.get(k) != v for k, v in self.selector
+        ):
+            return
+        if self.model is None and not any(view.mig_used):
+            free = view.used_milli.count(0)  # free_whole_count(), faster without MIG
+        else:
+            free = view.free_whole_count(self.model)
+        self.free_on[name] = free
+        self.by_free[free] += 1

@@ -15,6 +15,7 @@ from corral.scheduling.config import (
     DEFAULT_PRIORITY_CLASSES,
     DEFAULT_SUBMISSION_BURST,
     DEFAULT_SUBMISSIONS_PER_SECOND,
+    JctPolicy,
     Limits,
     PluginRef,
     Policy,
@@ -72,14 +73,28 @@ class PriorityClassModel(Strict):
     preemptible: bool = True
 
 
+class JctModel(Strict):
+    """``policy.jct``: the ``jct`` order's knobs (``scheduling.config.JctPolicy``)."""
+
+    preempt: bool = True
+    margin: float = Field(default=4.0, ge=1.0)
+    min_run: Duration = 600.0
+    starvation: float = Field(default=8.0, gt=0)
+    starvation_floor: Duration = 3600.0
+
+    def to_policy(self) -> JctPolicy:
+        return JctPolicy(**self.model_dump())
+
+
 class PolicyModel(Strict):
     placement: PlacementPolicy = PlacementPolicy.BINPACK
-    backfill: bool = False
-    preemption: bool = False
+    backfill: bool = True
+    preemption: bool = True
     fair_share_half_life: Duration = 7 * 86400.0
     interval: Duration = 10.0
-    order: Literal["fair-share", "priority-fifo", "shortest-first"] = "fair-share"
-    sharing: Literal["packing", "bestfit", "fgd", "corral"] = "packing"
+    order: Literal["jct", "fair-share", "priority-fifo", "shortest-first"] = "jct"
+    jct: JctModel = Field(default_factory=JctModel)
+    sharing: Literal["packing", "bestfit", "fgd", "corral"] = "corral"
     idle: IdleModel = Field(default_factory=IdleModel)
 
 
@@ -159,6 +174,7 @@ class SchedulerConfigModel(Strict):
                 fair_share_half_life=p.fair_share_half_life,
                 interval=p.interval,
                 order=p.order,
+                jct=p.jct.to_policy(),
                 sharing=p.sharing,
                 idle=p.idle.to_policy(),
             ),

@@ -12,12 +12,14 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from corral.scheduling.config import SchedulerConfig
 from corral.scheduling.framework import Profile
+from corral.scheduling.mix import MixLearner, learns_mix
 from corral.server.leader import Leadership
 from corral.server.metrics import ServerMetrics
 from corral.server.services.audit import AuditWriter
 from corral.server.services.auth_cache import DEFAULT_TTL, TokenCache
 from corral.server.services.catalog import NodeCatalog
 from corral.server.services.converters import PendingJobs
+from corral.server.services.estimates import RunTimeHistory
 from corral.server.services.intake import Intake
 from corral.server.services.ratelimit import SubmitLimiter
 from corral.server.telemetry import (
@@ -81,10 +83,14 @@ class Context:
     audit: AuditWriter = field(init=False)  # the audit log's batched writer
     intake: Intake = field(init=False)  # the batched writer of submissions
     pending_jobs: PendingJobs = field(default_factory=PendingJobs)  # the last cycle's
+    runtimes: RunTimeHistory = field(default_factory=RunTimeHistory)  # learned run times
+    # the request mix of the jobs seen, for the corral sharing policy (None: not needed)
+    mixes: MixLearner | None = field(init=False)
 
     def __post_init__(self) -> None:
         self.audit = AuditWriter(self.sessions)
         self.intake = Intake(self)
+        self.mixes = MixLearner() if learns_mix(self.config) else None
 
     def wake(self) -> None:
         """Ask the control loop for a scheduling cycle soon."""

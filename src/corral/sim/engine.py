@@ -24,17 +24,22 @@ from corral.core.node import Node, NodeState
 from corral.errors import ValidationError
 from corral.scheduling.config import QueueConfig, SchedulerConfig
 from corral.scheduling.cycle import ClusterState, Decisions, schedule
+from corral.scheduling.estimates import JobFeatures, RuntimePredictor
 from corral.scheduling.fairshare import Usage, UsageLedger, held
 from corral.scheduling.feasibility import never_fits, node_shapes, with_tpu_hosts
 from corral.scheduling.framework import NodeRequest, Profile
+from corral.scheduling.memo import SchedulingMemo
+from corral.scheduling.mix import MixLearner, gpu_supply, learns_mix
 from corral.scheduling.plugins.filters import fits_free
-from corral.scheduling.registry import build_profile
+from corral.scheduling.plugins.jct import restore_cost
+from corral.scheduling.registry import build_profile, default_registry
 from corral.scheduling.snapshot import Snapshot
 from corral.sim.result import JobRecord, Outcome, Sample, SimResult, TaskPlace
 from corral.sim.workload import NodeEventKind, SimJob, Workload
 
 FRAGMENTATION_SAMPLES = 2000  # at most this many fragmentation measurements per run
 FRAGMENTATION_SHAPES = 16  # the most common pending request shapes it considers
+SAVES_WHEN_SIGNALLED = math.inf  # Allocation.last_checkpoint of a job that saves on SIGTERM
 
 
 class _Kind(IntEnum):  # order of simultaneous events: ends free resources first
@@ -65,6 +70,7 @@ class _Run:
     placement: tuple[TaskPlace, ...] = ()
     preempted_by: str | None = None  # while it is being preempted: why
     promised: float | None = None  # the first estimated start (backfill reservation)
+    restore: float = 0.0  # seconds the current attempt spends restoring a checkpoint
 
     @property
     def remaining(self) -> float:
@@ -88,10 +94,17 @@ class Simulator:
         if len(set(names)) != len(names):
             raise ValidationError("the simulated cluster declares a node twice")
         self.config = with_workload_queues(self.config, self.workload)
-        self.profile = self.profile or build_profile(self.config)
+        # corral's request mix, learned from the jobs seen (unless given a profile)
+        self._mixes = MixLearner() if self.profile is None and learns_mix(self.config) else None
+        self._supply = gpu_supply(self.nodes)
+        self._registry = default_registry()
+        self.profile = self.profile or build_profile(self.config, self._registry)
         self._nodes = {n.name: replace(n, state=NodeState.READY) for n in self.nodes}
         # The scheduler's working copy, kept in step between cycles (see ClusterState).
         self._snapshot = Snapshot(self._nodes.values())
+        self._memo = SchedulingMemo()  # the scheduler's caches, kept with the snapshot
+        self._held: tuple[Allocation, ...] | None = None  # what running jobs hold (None: to do)
+        self._checkpoints = any(j.checkpoint_interval for j in self.workload.jobs)
         # GPU metrics count GPUs: TPU chips (TPU hosts) are neither capacity nor fragments
         self._capacity = float(sum(len(n.devices) - n.tpu_chips for n in self.nodes))
         self._events: list[tuple[float, int, int, object]] = []
@@ -110,6 +123,7 @@ class Simulator:
         self._rates: dict[str, Usage] = {}  # what each queue holds now (fair-share ledger)
         start = min((j.submit_time for j in self.workload.jobs), default=0.0)
         self._ledger = UsageLedger.start(start, self.config.policy.fair_share_half_life)
+        self._predictor = RuntimePredictor()  # run times learned from completions
 
     # -- driving -------------------------------------------------------------------
 
@@ -159,9 +173,11 @@ class Simulator:
             if run is None or run.core.attempt != attempt:
                 return False  # stale: the attempt was stopped earlier
             if kind is _Kind.PREEMPTED:
-                self._interrupt(run, now, run.preempted_by or "preempted")
+                saved = run.job.saves_on_preemption
+                self._interrupt(run, now, run.preempted_by or "preempted", saved)
             elif kind is _Kind.FINISH:
                 self._stop(run, now, Outcome.COMPLETED, None, lose=False)
+                self._predictor.observe(self._features(run.job), run.job.duration)
             else:
                 limit = run.job.spec.time_limit or 0.0
                 self._stop(run, now, Outcome.FAILED, f"time limit {limit:g}s exceeded", lose=True)
@@ -183,7 +199,15 @@ class Simulator:
             refused = never_fits(spec, self._shapes, self.config)
         except ValidationError as exc:
             refused, priority, preemptible = exc.message, 0, True
-        core = Job(job_id, spec, JobState.PENDING, priority, preemptible, job.submit_time)
+        core = Job(
+            job_id,
+            spec,
+            JobState.PENDING,
+            priority,
+            preemptible,
+            job.submit_time,
+            predicted_runtime=self._predict(job),
+        )
         run = _Run(job, core, job.spec.total_gpus)
         self._runs.append(run)
         if refused:
@@ -191,18 +215,23 @@ class Simulator:
             self._ended += 1
             return False
         self._pending[job_id] = run
+        if self._mixes is not None:
+            self._mixes.add(job_id, spec)
         return True
 
     def _start(self, run: _Run, alloc: Allocation, now: float) -> None:
         del self._pending[run.core.id]
         self._running[run.core.id] = run
         run.core = replace(run.core, state=JobState.RUNNING)
+        if run.job.saves_on_preemption:  # it can resume from any moment: nothing is lost
+            alloc = replace(alloc, last_checkpoint=SAVES_WHEN_SIGNALLED)
         run.allocation, run.started = alloc, now
+        self._held = None
         run.first_start = now if run.first_start is None else run.first_start
         run.placement = tuple(TaskPlace(t.node, t.gpus) for t in alloc.tasks)
         self._allocated += run.gpus
         self._rate(alloc, +1)
-        self._push(now + run.remaining, _Kind.FINISH, (run.core.id, run.core.attempt))
+        self._push(now + run.restore + run.remaining, _Kind.FINISH, (run.core.id, run.core.attempt))
         if run.job.spec.time_limit:
             self._push(
                 now + run.job.spec.time_limit, _Kind.TIME_LIMIT, (run.core.id, run.core.attempt)
@@ -216,44 +245,70 @@ class Simulator:
         )
 
     def _stop(
-        self, run: _Run, now: float, outcome: Outcome | None, why: str | None, lose: bool
+        self,
+        run: _Run,
+        now: float,
+        outcome: Outcome | None,
+        why: str | None,
+        lose: bool,
+        saved: bool = False,
     ) -> None:
-        """End the current attempt: done (``outcome``) or back to pending (None)."""
+        """End the current attempt: done (``outcome``) or back to pending (None). ``lose``:
+        the work since the last checkpoint is lost, unless ``saved`` (it saved when
+        signalled)."""
         del self._running[run.core.id]
+        self._held = None
         self._allocated -= run.gpus
         if run.allocation is not None:
             self._snapshot.release(run.allocation)
             self._rate(run.allocation, -1)
-        progress = 0.0 if run.started is None else now - run.started
+        elapsed = 0.0 if run.started is None else now - run.started
+        progress = max(0.0, elapsed - run.restore)  # restoring a checkpoint is no progress
+        run.lost_gpu_seconds += (elapsed - progress) * run.gpus
         if lose:
             total = run.done + progress
             interval = run.job.checkpoint_interval
             kept = math.floor(total / interval) * interval if interval else 0.0
+            if saved:  # it saved its state when signalled
+                kept = total
             run.lost_gpu_seconds += (total - kept) * run.gpus
+            # it resumes from a checkpoint: restoring it takes a while at the next start
+            run.restore = restore_cost(run.gpus) if kept > 0 else 0.0
             run.done = kept
         else:
             run.done += progress
         run.allocation, run.started, run.preempted_by = None, None, None
         if outcome is None:
-            run.core = replace(run.core, state=JobState.PENDING, attempt=run.core.attempt + 1)
+            run.core = replace(
+                run.core, state=JobState.PENDING, attempt=run.core.attempt + 1, ran=run.done
+            )
             self._pending[run.core.id] = run
             run.reason = why
             return
         run.outcome, run.reason, run.end = outcome, why, now
         self._ended += 1
+        if self._mixes is not None:
+            self._mixes.end(run.core.id)
 
-    def _interrupt(self, run: _Run, now: float, why: str) -> None:
-        """Preemption or node loss: lose the work since the last checkpoint, requeue or fail."""
+    def _interrupt(self, run: _Run, now: float, why: str, saved: bool = False) -> None:
+        """Preemption or node loss: lose the work since the last checkpoint (none when it
+        ``saved`` on the signal), requeue or fail."""
         run.preemptions += 1
         if run.job.spec.requeue:
-            self._stop(run, now, None, f"{why}; requeued", lose=True)
+            self._stop(run, now, None, f"{why}; requeued", lose=True, saved=saved)
         else:
-            self._stop(run, now, Outcome.FAILED, f"{why}; requeue is false", lose=True)
+            self._stop(run, now, Outcome.FAILED, f"{why}; requeue is false", lose=True, saved=saved)
 
     # -- scheduling ----------------------------------------------------------------
 
     def _allocations(self, now: float | None = None) -> tuple[Allocation, ...]:
-        """What the running jobs hold; with ``now``, with their last checkpoint as of then."""
+        """What the running jobs hold; with ``now``, with their last checkpoint as of then
+        (a job that saves when signalled can always resume from now)."""
+        if now is None or not self._checkpoints:  # the same until a job starts or stops
+            if self._held is None:
+                running = self._running.values()
+                self._held = tuple(r.allocation for r in running if r.allocation is not None)
+            return self._held
         held = []
         for run in self._running.values():
             alloc = run.allocation
@@ -266,12 +321,30 @@ class Simulator:
             held.append(alloc)
         return tuple(held)
 
+    def _features(self, job: SimJob) -> JobFeatures:
+        return JobFeatures.of(job.spec, job.user)
+
+    def _predict(self, job: SimJob) -> float | None:
+        """The run time learned from the completions so far (None without any)."""
+        found = self._predictor.predict(self._features(job))
+        return None if found is None else found.seconds
+
+    def _learn_mix(self) -> None:
+        """A new profile when the request mix of the jobs seen (pending, running, the last
+        to end) changed materially (``scheduling/mix.py``); the memo goes with the old."""
+        learned = self._mixes.refresh(self._supply) if self._mixes is not None else None
+        if learned is not None:
+            self.profile = build_profile(self.config, self._registry, learned)
+            self._memo = SchedulingMemo()
+
     def _cycle(self, now: float) -> None:
         if self._pending:
+            self._learn_mix()
             state = ClusterState(
                 nodes=tuple(self._nodes.values()),
                 allocations=self._allocations(now if self.config.policy.preemption else None),
                 snapshot=self._snapshot,
+                memo=self._memo,
                 preempting=frozenset(
                     r.core.id for r in self._running.values() if r.preempted_by is not None
                 ),

@@ -1,6 +1,6 @@
 """The simulator's jobs file (SPEC section 5): a YAML or JSON list of manifests, each with
 ``submit_time`` and ``duration`` (seconds, or strings such as ``15m``) and optionally
-``checkpoint_interval``."""
+``checkpoint_interval`` and ``user`` (who submits it: ``SimJob.user``)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from corral.schemas.manifest import parse_manifest
 from corral.sim.workload import NodeEvent, NodeEventKind, SimJob, Workload
 
 SIM_KEYS = ("submit_time", "duration", "checkpoint_interval")
+USER_KEY = "user"  # not a manifest key: the server takes the user from the token
 PLACEHOLDER_COMMAND = "simulated"
 
 
@@ -62,7 +63,7 @@ def _job(entry: Any, index: int, source: str) -> SimJob:
     where = f"{source}: job {index}"
     if not isinstance(entry, dict):
         raise ValidationError(f"{where}: expected a mapping")
-    manifest = {k: v for k, v in entry.items() if k not in SIM_KEYS}
+    manifest = {k: v for k, v in entry.items() if k not in SIM_KEYS and k != USER_KEY}
     name = str(manifest.setdefault("name", f"job-{index}"))
     where = f"{source}: job {index} ({name})"
     manifest.setdefault("command", PLACEHOLDER_COMMAND)
@@ -84,10 +85,14 @@ def _job(entry: Any, index: int, source: str) -> SimJob:
         spec = parse_manifest(manifest).to_spec()
     except ValidationError as exc:
         raise ValidationError(f"{where}: {exc.message.removeprefix('manifest: ')}") from None
+    user = entry.get(USER_KEY)
+    if user is not None and (not isinstance(user, str) or not user.strip()):
+        raise ValidationError(f"{where}: {USER_KEY}: expected a user name")
     return SimJob(
         name=name,
         spec=spec,
         submit_time=float(times["submit_time"] or 0.0),
         duration=float(times["duration"] or 0.0),
         checkpoint_interval=times["checkpoint_interval"],
+        user=user.strip() if user else None,
     )

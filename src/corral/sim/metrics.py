@@ -32,17 +32,41 @@ Pure functions over the result, no I/O. Definitions (SPEC section 5 names the JS
 
 Empty cases: a value whose jobs do not exist (no completed job, no started job, a window
 of zero length, a zero bound) is ``None``, never ``0`` or ``NaN``; counts and sums are 0.
+
+Made-up times (a workload that is not ``timed``, such as a pod list replayed without
+timestamps): JCT, wait, slowdown, makespan and the bounds and ratios built on them
+(``TIMED``) are ``None`` and listed in ``not_applicable``, for tables to show "n/a".
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from corral.sim.bounds import makespan_lower_bound, srpt_mean_jct_lower_bound
 from corral.sim.result import JobRecord, Outcome, Sample, SimResult
+
+# The metrics that mean nothing when the submit and run times are made up.
+TIMED = (
+    "avg_jct",
+    "p50_jct",
+    "p95_jct",
+    "p99_jct",
+    "avg_wait",
+    "p50_wait",
+    "p95_wait",
+    "p99_wait",
+    "avg_slowdown",
+    "makespan",
+    "srpt_lower_bound",
+    "jct_ratio",
+    "jct_lower_bound",
+    "jct_bound_ratio",
+    "makespan_lower_bound",
+    "makespan_ratio",
+)
 
 
 @dataclass(frozen=True)
@@ -77,11 +101,13 @@ class Metrics:
     jct_bound_ratio: float | None
     makespan_lower_bound: float | None
     makespan_ratio: float | None
+    not_applicable: tuple[str, ...] = ()  # fields left out: the workload's times are made up
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict: one key per field, ``queue_gpu_hours`` as an object."""
         data = asdict(self)
         data["queue_gpu_hours"] = dict(self.queue_gpu_hours)
+        data["not_applicable"] = list(self.not_applicable)
         return data
 
 
@@ -144,8 +170,16 @@ def _queue_gpu_seconds(jobs: Iterable[JobRecord]) -> dict[str, float]:
     return seconds
 
 
-def compute_metrics(result: SimResult) -> Metrics:
-    """All metrics of one run, as defined in the module docstring."""
+def compute_metrics(result: SimResult, *, timed: bool = True) -> Metrics:
+    """All metrics of one run, as defined in the module docstring; ``timed=False`` for a
+    workload whose submit and run times are made up (``Workload.timed``)."""
+    metrics = _compute(result)
+    if timed:
+        return metrics
+    return replace(metrics, **dict.fromkeys(TIMED), not_applicable=TIMED)
+
+
+def _compute(result: SimResult) -> Metrics:
     jobs = result.jobs
     by_state = {state: [j for j in jobs if j.state is state] for state in Outcome}
     completed = by_state[Outcome.COMPLETED]

@@ -26,7 +26,6 @@ on small files; the benchmark (``bench/fgd.py``) runs it on the trace.
 from __future__ import annotations
 
 import random
-from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -37,8 +36,11 @@ from corral.core.resources import MILLI, GpuKind, GpuRequest
 from corral.errors import ValidationError
 from corral.scheduling.config import PluginRef, Policy, SchedulerConfig
 from corral.scheduling.cycle import ClusterState, schedule
+from corral.scheduling.memo import SchedulingMemo
+from corral.scheduling.mix import MixLearner, learns_mix
+from corral.scheduling.mix import gpu_supply as _gpu_supply
 from corral.scheduling.plugins.fgd import RequestClass, mix_of
-from corral.scheduling.registry import build_profile
+from corral.scheduling.registry import build_profile, default_registry
 from corral.scheduling.snapshot import Snapshot
 from corral.sim.traces.common import MIB, fail, find_column, number, read_table
 from corral.sim.traces.openb import read_nodes
@@ -198,12 +200,7 @@ def pod_spec(pod: Pod) -> JobSpec:
 
 def gpu_supply(nodes: Iterable[Node]) -> dict[str, int]:
     """GPUs per model in the cluster (devices not in MIG mode)."""
-    supply: Counter[str] = Counter()
-    for node in nodes:
-        for device in node.devices:
-            if not device.mig:
-                supply[device.model] += 1
-    return dict(sorted(supply.items()))
+    return _gpu_supply(nodes)
 
 
 def policy_config(
@@ -241,13 +238,17 @@ def run(
     progress: Callable[[int], None] | None = None,
 ) -> Curve:
     """Submit ``order`` one pod at a time to the scheduler on ``nodes`` (no departures);
-    a pod that fits nowhere is dropped. ``progress(n)`` is called every 256 pods."""
+    a pod that fits nowhere is dropped. ``progress(n)`` is called every 256 pods. The
+    ``corral`` policy without a configured mix learns it from the pods seen, as the
+    control plane does (placed ones, and the last dropped: ``scheduling/mix.py``)."""
     capacity = gpu_capacity(nodes)
     if capacity <= 0:
         raise ValidationError("packing experiment: the cluster has no GPUs")
-    profile = build_profile(config)
+    registry = default_registry()
+    profile = build_profile(config, registry)
+    mixes, supply = MixLearner() if learns_mix(config) else None, gpu_supply(nodes)
     snapshot = Snapshot(nodes)
-    state = ClusterState(tuple(nodes), snapshot=snapshot)
+    state = ClusterState(tuple(nodes), snapshot=snapshot, memo=SchedulingMemo())
     specs: dict[Pod, JobSpec] = {}
     curve = Curve([], [])
     arrived = allocated = 0
@@ -258,6 +259,12 @@ def run(
         if spec is None:
             spec = specs[shape] = pod_spec(pod)
         job = Job(i, spec, JobState.PENDING, 0, True, float(i))
+        if mixes is not None:
+            mixes.add(i, spec)
+            learned = mixes.refresh(supply)
+            if learned is not None:  # a new profile: the old one's caches go with it
+                profile = build_profile(config, registry, learned)
+                state = replace(state, memo=SchedulingMemo())
         decisions = schedule(state, [job], config, float(i), profile)
         arrived += pod.demand
         if decisions.placements:
@@ -265,6 +272,8 @@ def run(
             curve.placed += 1
         else:
             curve.dropped += 1
+            if mixes is not None:
+                mixes.end(i)
         curve.arrived.append(arrived * scale)
         curve.allocated.append(allocated * scale)
         if progress is not None and i % 256 == 0:

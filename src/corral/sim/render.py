@@ -1,7 +1,8 @@
 """Metrics as readable tables: Rich for the terminal, the same rows for the HTML report.
 
 ``metric_rows`` turns one or more ``Metrics`` into labelled, formatted rows (seconds as
-``1h02m``, fractions as percentages) and, when several configurations are compared, says
+``1h02m``, fractions as percentages; ``n/a`` for a metric the workload cannot give, ``-``
+for one without jobs to measure) and, when several configurations are compared, says
 which cells are the best of their row. ``metrics_table`` and ``compare_table`` lay those
 rows out with Rich; ``corral.sim.report`` lays out the same rows in HTML.
 """
@@ -61,37 +62,39 @@ def _index(value: float | None) -> str:
 
 
 _Getter = Callable[[Metrics], float | None]
-_Spec = tuple[str, str, _Getter, Callable[[float | None], str], Better]
+# (section, label, a Metrics field or a getter, format, which way is better)
+_Spec = tuple[str, str, str | _Getter, Callable[[float | None], str], Better]
+NOT_APPLICABLE = "n/a"
 _SPECS: tuple[_Spec, ...] = (
-    ("jobs", "Jobs", lambda m: m.jobs, _count, None),
-    ("jobs", "Completed", lambda m: m.completed, _count, "high"),
-    ("jobs", "Failed", lambda m: m.failed, _count, "low"),
-    ("jobs", "Refused", lambda m: m.refused, _count, None),
-    ("jobs", "Unfinished", lambda m: m.unfinished, _count, "low"),
-    ("jct", "JCT avg", lambda m: m.avg_jct, format_duration, "low"),
-    ("jct", "JCT p50", lambda m: m.p50_jct, format_duration, "low"),
-    ("jct", "JCT p95", lambda m: m.p95_jct, format_duration, "low"),
-    ("jct", "JCT p99", lambda m: m.p99_jct, format_duration, "low"),
-    ("wait", "Wait avg", lambda m: m.avg_wait, format_duration, "low"),
-    ("wait", "Wait p50", lambda m: m.p50_wait, format_duration, "low"),
-    ("wait", "Wait p95", lambda m: m.p95_wait, format_duration, "low"),
-    ("wait", "Wait p99", lambda m: m.p99_wait, format_duration, "low"),
-    ("wait", "Slowdown avg", lambda m: m.avg_slowdown, _times, "low"),
-    ("cluster", "Makespan", lambda m: m.makespan, format_duration, "low"),
-    ("cluster", "GPU utilization", lambda m: m.gpu_utilization, _percent, "high"),
-    ("cluster", "Fragmentation avg", lambda m: m.avg_fragmentation, _percent, "low"),
-    ("cluster", "Preemptions", lambda m: m.preemptions, _count, "low"),
-    ("cluster", "GPU-hours lost", lambda m: m.lost_gpu_hours, _number, "low"),
-    ("queues", "GPU-hours", lambda m: m.gpu_hours, _number, None),
+    ("jobs", "Jobs", "jobs", _count, None),
+    ("jobs", "Completed", "completed", _count, "high"),
+    ("jobs", "Failed", "failed", _count, "low"),
+    ("jobs", "Refused", "refused", _count, None),
+    ("jobs", "Unfinished", "unfinished", _count, "low"),
+    ("jct", "JCT avg", "avg_jct", format_duration, "low"),
+    ("jct", "JCT p50", "p50_jct", format_duration, "low"),
+    ("jct", "JCT p95", "p95_jct", format_duration, "low"),
+    ("jct", "JCT p99", "p99_jct", format_duration, "low"),
+    ("wait", "Wait avg", "avg_wait", format_duration, "low"),
+    ("wait", "Wait p50", "p50_wait", format_duration, "low"),
+    ("wait", "Wait p95", "p95_wait", format_duration, "low"),
+    ("wait", "Wait p99", "p99_wait", format_duration, "low"),
+    ("wait", "Slowdown avg", "avg_slowdown", _times, "low"),
+    ("cluster", "Makespan", "makespan", format_duration, "low"),
+    ("cluster", "GPU utilization", "gpu_utilization", _percent, "high"),
+    ("cluster", "Fragmentation avg", "avg_fragmentation", _percent, "low"),
+    ("cluster", "Preemptions", "preemptions", _count, "low"),
+    ("cluster", "GPU-hours lost", "lost_gpu_hours", _number, "low"),
+    ("queues", "GPU-hours", "gpu_hours", _number, None),
 )
-_FAIRNESS: _Spec = ("queues", "Fairness (Jain)", lambda m: m.fairness, _index, "high")
+_FAIRNESS: _Spec = ("queues", "Fairness (Jain)", "fairness", _index, "high")
 _BOUNDS: tuple[_Spec, ...] = (
-    ("bounds", "SRPT bound on JCT avg", lambda m: m.srpt_lower_bound, format_duration, None),
-    ("bounds", "JCT avg / bound", lambda m: m.jct_ratio, _times, "low"),
-    ("bounds", "JCT bound, with run times", lambda m: m.jct_lower_bound, format_duration, None),
-    ("bounds", "JCT avg / that bound", lambda m: m.jct_bound_ratio, _times, "low"),
-    ("bounds", "Makespan bound", lambda m: m.makespan_lower_bound, format_duration, None),
-    ("bounds", "Makespan / bound", lambda m: m.makespan_ratio, _times, "low"),
+    ("bounds", "SRPT bound on JCT avg", "srpt_lower_bound", format_duration, None),
+    ("bounds", "JCT avg / bound", "jct_ratio", _times, "low"),
+    ("bounds", "JCT bound, with run times", "jct_lower_bound", format_duration, None),
+    ("bounds", "JCT avg / that bound", "jct_bound_ratio", _times, "low"),
+    ("bounds", "Makespan bound", "makespan_lower_bound", format_duration, None),
+    ("bounds", "Makespan / bound", "makespan_ratio", _times, "low"),
 )
 
 
@@ -142,9 +145,12 @@ def metric_rows(metrics: Sequence[Metrics], max_queues: int = 12) -> list[Metric
     """
     rows = []
     specs = (*_SPECS, *_queue_rows(metrics, max_queues), _FAIRNESS, *_BOUNDS)
-    for section, label, getter, fmt, better in specs:
-        values = [getter(m) for m in metrics]
-        cells = tuple(fmt(v) for v in values)
+    for section, label, key, fmt, better in specs:
+        values = [getattr(m, key) if isinstance(key, str) else key(m) for m in metrics]
+        cells = tuple(
+            NOT_APPLICABLE if isinstance(key, str) and key in m.not_applicable else fmt(v)
+            for m, v in zip(metrics, values, strict=True)
+        )
         rows.append(MetricRow(section, label, cells, _best(values, better)))
     return rows
 

@@ -1,7 +1,8 @@
 """``--report out.html``: one self-contained HTML file with plots and the metrics table.
 
 Three plots, one line per configuration (overlaid when several): GPUs allocated over time,
-pending jobs over time, and the CDF of job completion times. Plots are PNG images made
+pending jobs over time, and the CDF of job completion times (left out when the workload's
+times are made up, as ``Workload.timed`` says). Plots are PNG images made
 with matplotlib's Agg renderer (no pyplot, no global backend switch) and embedded as
 base64, so the file needs no network and no JavaScript. matplotlib is optional
 (``pip install 'corral[report]'``) and imported only here, when a report is written.
@@ -160,10 +161,14 @@ def _image(data: str, alt: str, caption: str) -> str:
     )
 
 
-def write_report(path: Path, results: list[tuple[str, SimResult, Metrics]]) -> None:
+def write_report(
+    path: Path, results: list[tuple[str, SimResult, Metrics]], notes: Sequence[str] = ()
+) -> None:
     """Write the HTML report of one or several configurations run on the same workload.
 
-    Raises ``ValidationError`` when matplotlib is not installed.
+    ``notes`` (the workload's) are shown above the metrics. Where the workload's times are
+    made up (JCT not applicable), the JCT plot is left out. Raises ``ValidationError``
+    when matplotlib is not installed.
     """
     try:
         import matplotlib  # noqa: F401  (optional dependency, checked here)
@@ -189,13 +194,17 @@ def write_report(path: Path, results: list[tuple[str, SimResult, Metrics]]) -> N
             "Queue length over time",
             "Jobs submitted and waiting to start.",
         ),
-        _image(
-            _jct_cdf(runs),
-            "Job completion time CDF",
-            "Fraction of completed jobs that finished within a given time of their submission.",
-        ),
     ]
+    if not any("avg_jct" in m.not_applicable for _, _, m in results):
+        images.append(
+            _image(
+                _jct_cdf(runs),
+                "Job completion time CDF",
+                "Fraction of completed jobs that finished within a given time of their submission.",
+            )
+        )
     title = "Corral simulation report"
+    notes_html = "".join(f'<p class="note">{html.escape(n)}</p>' for n in notes)
     subtitle = " vs ".join(names) if several else (names[0] if names else "")
     note = (
         "JCT is end minus submit time of completed jobs; wait is first start minus submit. "
@@ -214,6 +223,7 @@ def write_report(path: Path, results: list[tuple[str, SimResult, Metrics]]) -> N
 <h1>{html.escape(title)}</h1>
 <p class="meta">{html.escape(subtitle)}</p>
 <ul>{configs}</ul>
+{notes_html}
 <h2>Metrics</h2>
 {_metrics_html(names, [m for _, _, m in results])}
 <p class="note">{html.escape(note)}</p>

@@ -20,6 +20,10 @@ class SimJob:
     ``duration``: seconds the job runs once started, if never interrupted.
     ``checkpoint_interval``: seconds between checkpoints; a preempted job loses the work
     done since its last one (None: it restarts from zero).
+    ``saves_on_preemption``: it saves its state when signalled (as ``corral.train`` jobs
+    do), so a preemption loses nothing; it pays ``plugins.jct.restore_cost`` when it starts
+    again. A node failure still loses the work since its last periodic checkpoint.
+    ``user``: who submitted it, when the trace says (run-time predictions use it).
     """
 
     name: str
@@ -27,6 +31,8 @@ class SimJob:
     submit_time: float
     duration: float
     checkpoint_interval: float | None = None
+    saves_on_preemption: bool = False
+    user: str | None = None
 
 
 class NodeEventKind(StrEnum):
@@ -43,12 +49,28 @@ class NodeEvent:
 
 @dataclass(frozen=True)
 class Workload:
-    """Jobs sorted by submit time; ``nodes`` when the trace comes with its own cluster."""
+    """Jobs sorted by submit time; ``nodes`` when the trace comes with its own cluster.
+
+    ``timed`` is False when the submit times and run times are made up (a pod list without
+    timestamps, replayed in a packing order): JCT, wait and makespan then say nothing about
+    the schedule. ``notes``: lines for the user on how to read the results.
+    """
 
     jobs: tuple[SimJob, ...]
     nodes: tuple[Node, ...] | None = None
     node_events: tuple[NodeEvent, ...] = ()
     source: str = ""
+    timed: bool = True
+    notes: tuple[str, ...] = ()
+
+    def saving_on_preemption(self) -> Workload:
+        """The same workload with every job that has no ``checkpoint_interval`` saving its
+        state when preempted (``SimJob.saves_on_preemption``), as traces record no
+        checkpoints and as the Helios simulator assumes."""
+        jobs = tuple(
+            j if j.checkpoint_interval else replace(j, saves_on_preemption=True) for j in self.jobs
+        )
+        return replace(self, jobs=jobs)
 
     def with_true_runtimes(self) -> Workload:
         """The same workload with each job's true duration as its ``runtime_estimate``: an

@@ -134,8 +134,11 @@ WAITS = "no single change to its request lets it start now"
             gpu_nodes(2),
             [holding(90, "n0", range(8))],
             job(1).gpus(8),
-            ["it fits now as asked: it waits for its turn (see the reason), not for resources"],
-            id="fits-as-asked",
+            [
+                "as asked it fits the resources free now, but jobs ahead of it come first (see "
+                "the reason: the job it waits behind, or its queue's quota)"
+            ],
+            id="fits-as-asked-but-waits-its-turn",
         ),
         pytest.param(
             gpu_nodes(1),

@@ -7,11 +7,10 @@ import math
 import pytest
 
 from corral.core.allocation import Allocation
-from corral.scheduling.config import Policy, SchedulerConfig
 from corral.scheduling.cycle import ClusterState, schedule
-from tests.builders import allocation, job, node
+from tests.builders import allocation, job, legacy, node
 
-BACKFILL = SchedulerConfig(policy=Policy(backfill=True))
+BACKFILL = legacy(backfill=True)
 NOW = 1000.0
 
 
@@ -56,7 +55,7 @@ def test_followers_backfill_only_when_they_end_in_time(follower, placed_on: str 
 
 def test_without_backfill_everything_waits_behind_the_head() -> None:
     follower = job(2).gpus(8).runtime_estimate(50).build()
-    decisions = schedule(cluster_with(*BUSY), [GANG.build(), follower], SchedulerConfig(), NOW)
+    decisions = schedule(cluster_with(*BUSY), [GANG.build(), follower], legacy(), NOW)
     assert decisions.placements == ()
     assert decisions.pending[2].reason == "waiting behind job 1 (ahead in priority order)"
 

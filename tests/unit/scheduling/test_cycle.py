@@ -10,14 +10,15 @@ from corral.core.allocation import Allocation, TaskAllocation
 from corral.core.job import Job, PlacementPolicy
 from corral.core.node import Device, Node, NodeState
 from corral.scheduling.config import Policy, QueueConfig, SchedulerConfig
-from corral.scheduling.cycle import ClusterState, Decisions, place_gang, schedule
+from corral.scheduling.cycle import ClusterState, Decisions, schedule
 from corral.scheduling.framework import NodeRequest, Unschedulable
+from corral.scheduling.placement import place_gang
 from corral.scheduling.registry import build_profile
 from corral.scheduling.snapshot import Snapshot
-from tests.builders import GB, allocation, cluster, gpu_nodes, job, node
+from tests.builders import GB, allocation, cluster, gpu_nodes, job, legacy, node
 
-DEFAULT = SchedulerConfig()
-SPREAD = SchedulerConfig(policy=Policy(placement=PlacementPolicy.SPREAD))
+DEFAULT = legacy()  # the cycle's mechanics, strict order (the new defaults: test_jct.py)
+SPREAD = legacy(placement=PlacementPolicy.SPREAD)
 
 
 def run(state: ClusterState, jobs: Sequence[Job], config: SchedulerConfig = DEFAULT) -> Decisions:

@@ -123,3 +123,63 @@ def test_node_shapes_group_alike_nodes_whatever_their_names() -> None:
     assert sorted(count for _, count in shapes) == [1, 3]
     assert never_fits(job(1).gpus(8).nodes(3).spec(), shapes, DEFAULT) is None
     assert "only 3 of 4 nodes" in never_fits(job(1).gpus(8).nodes(4).spec(), shapes, DEFAULT)
+
+
+PAIRS = [[0, 1], [2, 3], [4, 5], [6, 7]]  # NVLink domains of 2 GPUs
+NVLINK_PAIRS = [node("p0").gpus(8, nvlink=PAIRS), node("p1").gpus(8, nvlink=PAIRS)]
+NVLINK_MIXED = [
+    *NVLINK_PAIRS,
+    node("q0").gpus(8, model="A100", nvlink=[[0, 1, 2, 3], [4, 5, 6, 7]]).labels(pool="a"),
+]
+
+
+@pytest.mark.parametrize(
+    ("nodes", "builder", "refused"),
+    [
+        pytest.param(
+            NVLINK_PAIRS,
+            job(1).gpus(4).topology("nvlink", "required"),
+            "can never fit this cluster: topology: nvlink required: 4 GPUs per node in one "
+            "NVLink domain, but the largest NVLink domain of any node that could host it holds 2",
+            id="required-4-on-domains-of-2",
+        ),
+        pytest.param(
+            NVLINK_PAIRS, job(1).gpus(2).topology("nvlink", "required"), None, id="required-2"
+        ),
+        pytest.param(
+            NVLINK_PAIRS,
+            job(1).gpus(4).topology("nvlink", "preferred"),
+            None,
+            id="preferred-may-span-domains",
+        ),
+        pytest.param(
+            NVLINK_MIXED,
+            job(1).gpus(4).topology("nvlink", "required"),
+            None,
+            id="one-node-has-a-domain-of-4",
+        ),
+        pytest.param(
+            NVLINK_MIXED,
+            job(1).gpus("H100:4").topology("nvlink", "required"),
+            "holds 2",
+            id="the-domain-of-4-is-another-model",
+        ),
+        pytest.param(
+            NVLINK_MIXED,
+            job(1).gpus(4).topology("nvlink", "required").selector(pool="b"),
+            "label pool=b does not match",
+            id="no-node-at-all-says-so-first",
+        ),
+        pytest.param(
+            gpu_nodes(1), job(1).gpus(8).topology("nvlink", "required"), None, id="one-domain"
+        ),
+    ],
+)
+def test_required_nvlink_needs_a_large_enough_domain(
+    nodes: list, builder: JobBuilder, refused: str | None
+) -> None:
+    why = never_fits(builder.spec(), node_shapes(built(nodes)), DEFAULT)
+    if refused is None:
+        assert why is None
+    else:
+        assert why is not None and refused in why, why

@@ -16,12 +16,16 @@ from corral.scheduling.framework import NodeRequest, Profile
 from corral.scheduling.plugins.devices import NvlinkDeviceSelect
 from corral.scheduling.plugins.fgd import (
     DEFAULT_MIX,
+    Fragmentation,
     FragmentationDeviceSelect,
     FragmentationScore,
     RequestClass,
+    frees_of,
     mix_of,
     node_fragmentation,
+    one_model_after,
     parse_mix,
+    whole_after,
 )
 from corral.scheduling.plugins.scoring import PackingScore
 from corral.scheduling.plugins.topology import TopologyDeviceSelect
@@ -340,12 +344,12 @@ def sharing_devices(profile: Profile) -> object:
 
 
 def test_config_key_and_profile() -> None:
-    assert load_config(None).policy.sharing == "packing"
+    assert load_config(None).policy.sharing == "corral"
     assert load_config("policy: {sharing: fgd}").policy.sharing == "fgd"
     with pytest.raises(ValidationError, match="sharing"):
         load_config("policy: {sharing: random}")
 
-    plain = build_profile(load_config(None))
+    plain = build_profile(load_config("policy: {sharing: packing}"))
     assert [s.name for s in plain.scores] == ["packing"]
     assert isinstance(sharing_devices(plain), NvlinkDeviceSelect)
 
@@ -368,7 +372,7 @@ def placed_nodes(text: str) -> dict[int, tuple[str, tuple[int, ...]]]:
 
 
 def test_schedule_fgd_and_packing_choose_differently() -> None:
-    assert placed_nodes("") == {7: ("b", (0,))}
+    assert placed_nodes("policy: {sharing: packing}") == {7: ("b", (0,))}
     assert placed_nodes(FGD_CONFIG) == {7: ("a", (0,))}
 
 
@@ -383,7 +387,11 @@ def run_stream(text: str, sizes: Sequence[float], nodes: Sequence[Node]) -> tupl
     return len(allocations), list(Snapshot.build(nodes, allocations).views())
 
 
-POLICIES = (("packing", ""), ("fgd", FGD_CONFIG), ("corral", FGD_CONFIG.replace("fgd", "corral")))
+POLICIES = (
+    ("packing", "policy: {sharing: packing}"),
+    ("fgd", FGD_CONFIG),
+    ("corral", FGD_CONFIG.replace("fgd", "corral")),
+)
 
 
 def stream_results(
@@ -414,3 +422,30 @@ def test_stream_of_shares_strands_no_more_than_packing(seed: int, length: int) -
 
 def test_stream_where_fgd_strands_less() -> None:
     assert stream_results(5, 10) == {"packing": (10, 250.0), "fgd": (10, 0.0)}
+
+
+# --- whole GPUs on a node of one model: no device choice needed ------------------------------
+
+MIXED = node("n0").devices(Device(0, "T4", GB), Device(1, "V100", GB), Device(2, "T4", GB))
+
+
+@pytest.mark.parametrize(
+    ("target", "held", "builder", "shortcut"),
+    [
+        pytest.param(node("n0").gpus(4), (), job(1).gpus(2), True, id="empty"),
+        pytest.param(node("n0").gpus(4), HALF, job(1).gpus(2), True, id="a-share-held"),
+        pytest.param(node("n0").gpus(2), HALF, job(1).gpus(2), False, id="too-few-idle"),
+        pytest.param(node("n0").gpus(4), (), job(1).gpus(1).model("T4"), False, id="other-model"),
+        pytest.param(MIXED, (), job(1).gpus(1).model("T4"), False, id="two-models"),
+    ],
+)
+def test_one_model_after_matches_the_device_choice(
+    target, held: tuple, builder: JobBuilder, shortcut: bool
+) -> None:
+    view, request = view_of(target.build(), *held), request_of(builder)
+    frag = Fragmentation(HALVES)
+    taken = one_model_after(request, frees_of(view), frag)
+    assert (taken is not None) is shortcut
+    picks = NvlinkDeviceSelect().select(request, view)
+    if taken is not None:
+        assert picks is not None and taken == whole_after(request, view, picks)[0]

@@ -10,17 +10,18 @@ import pytest
 from corral.core.allocation import Allocation
 from corral.core.job import Job
 from corral.core.node import Node
-from corral.scheduling.config import Policy, SchedulerConfig
-from corral.scheduling.cycle import ClusterState, place_gang, schedule
+from corral.scheduling.config import SchedulerConfig
+from corral.scheduling.cycle import ClusterState, schedule
 from corral.scheduling.framework import NodeRequest
+from corral.scheduling.placement import place_gang
 from corral.scheduling.plan import earliest_start, estimate_starts, release_steps
 from corral.scheduling.registry import build_profile
 from corral.scheduling.snapshot import Snapshot
-from tests.builders import allocation, gpu_nodes, job, node
+from tests.builders import allocation, gpu_nodes, job, legacy, node
 
 NOW = 1000.0
-STRICT = SchedulerConfig()
-BACKFILL = SchedulerConfig(policy=Policy(backfill=True))
+STRICT = legacy()
+BACKFILL = legacy(backfill=True)
 
 
 def busy(job_id: int, node: str, ends: float, gpus: int = 8) -> Allocation:

@@ -10,8 +10,8 @@ from corral.core.allocation import Allocation
 from corral.core.job import Job
 from corral.core.node import Node
 from corral.scheduling.config import QueueConfig, SchedulerConfig
-from corral.scheduling.cycle import place_gang
 from corral.scheduling.framework import CycleContext, NodeRequest, PostFilterResult, Reservation
+from corral.scheduling.placement import place_gang
 from corral.scheduling.plugins.preemption import Preemption
 from corral.scheduling.plugins.victims import (
     Victim,

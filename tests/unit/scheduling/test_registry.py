@@ -6,16 +6,19 @@ import pytest
 
 from corral.core.job import PlacementPolicy
 from corral.errors import ValidationError
-from corral.scheduling.config import PluginRef, Policy, SchedulerConfig
+from corral.scheduling.config import JctPolicy, PluginRef, Policy, SchedulerConfig
 from corral.scheduling.cycle import schedule
 from corral.scheduling.framework import NodeRequest, Profile
-from corral.scheduling.plugins.devices import NvlinkDeviceSelect
+from corral.scheduling.plugins.backfill import EasyBackfill
+from corral.scheduling.plugins.corral import CorralDeviceSelect, CorralScore
 from corral.scheduling.plugins.filters import (
     NodeSelectorFilter,
     NodeStateFilter,
     ResourceFitFilter,
 )
 from corral.scheduling.plugins.gang import TopScoredNodes  # noqa: F401
+from corral.scheduling.plugins.jct import ShortestExpectedFirst
+from corral.scheduling.plugins.preemption import Preemption
 from corral.scheduling.plugins.queue_sort import PriorityThenSubmission
 from corral.scheduling.plugins.scoring import PackingScore
 from corral.scheduling.plugins.topology import (
@@ -55,6 +58,7 @@ BUILT_INS = [
     "fair-share",
     "fgd",
     "fgd-devices",
+    "jct",
     "node-selector",
     "node-state",
     "nvlink-devices",
@@ -141,25 +145,45 @@ def test_entry_point_group_without_plugins_adds_nothing() -> None:
 def test_default_profile_is_the_built_in_pipeline() -> None:
     profile = build_profile(SchedulerConfig(), registry())
     assert isinstance(profile, Profile)
-    assert isinstance(profile.queue_sort, PriorityThenSubmission)
+    assert isinstance(profile.queue_sort, ShortestExpectedFirst)
+    assert profile.queue_sort.policy == JctPolicy()
     assert [type(f) for f in profile.filters] == [
         NodeStateFilter,
         NodeSelectorFilter,
         ResourceFitFilter,
         NvlinkDomainFilter,
     ]
-    assert [type(s) for s in profile.scores] == [PackingScore]
+    assert [type(s) for s in profile.scores] == [CorralScore]  # packs until it learns a mix
+    assert not profile.scores[0].mix  # type: ignore[attr-defined]
     assert isinstance(profile.node_set, TpuSliceNodeSet)  # TPU slices, else topology
     assert isinstance(profile.node_set.inner, TopologyNodeSet)
     assert isinstance(profile.devices, TpuDeviceSelect)
     assert isinstance(profile.devices.inner, TopologyDeviceSelect)
-    assert isinstance(profile.devices.inner.inner, NvlinkDeviceSelect)
+    assert isinstance(profile.devices.inner.inner, CorralDeviceSelect)
+    preemption, backfill = profile.post_filters  # preemption first, then EASY backfill
+    assert isinstance(preemption, Preemption) and preemption.jct == JctPolicy()
+    assert isinstance(backfill, EasyBackfill)
+
+
+def test_legacy_profile_is_strict_fifo() -> None:
+    config = SchedulerConfig(
+        policy=Policy(order="priority-fifo", backfill=False, preemption=False, sharing="packing")
+    )
+    profile = build_profile(config, registry())
+    assert isinstance(profile.queue_sort, PriorityThenSubmission)
+    assert [type(s) for s in profile.scores] == [PackingScore]
     assert profile.post_filters == ()
+
+
+def test_priority_preemption_without_the_jct_order_preempts_for_priority_only() -> None:
+    profile = build_profile(SchedulerConfig(policy=Policy(order="fair-share")), registry())
+    assert [p.jct for p in profile.post_filters if isinstance(p, Preemption)] == [None]
 
 
 def test_configured_scoring_plugin_gets_its_weight_and_args() -> None:
     ref = PluginRef(f"{__name__}:PreferLabel", weight=2.5, args=(("label", "nvme"),))
-    profile = build_profile(SchedulerConfig(plugins=(ref,)), registry())
+    config = SchedulerConfig(policy=Policy(sharing="packing"), plugins=(ref,))
+    profile = build_profile(config, registry())
     assert [type(s) for s in profile.scores] == [PackingScore, PreferLabel]
     extra = profile.scores[1]
     assert isinstance(extra, PreferLabel)

@@ -373,7 +373,8 @@ def test_schedule_with_corral_keeps_the_scarce_model_free() -> None:
     state = ClusterState(nodes=(t4, g2))
     decisions = schedule(state, [job(1).gpus(1).build()], config, now=0.0)
     assert [t.node for a in decisions.placements for t in a.tasks] == ["b-g2"]
-    packing = schedule(state, [job(1).gpus(1).build()], SchedulerConfig(), now=0.0)
+    plain = SchedulerConfig(policy=Policy(sharing="packing"))
+    packing = schedule(state, [job(1).gpus(1).build()], plain, now=0.0)
     assert [t.node for a in packing.placements for t in a.tasks] == ["a-t4"]  # name order
 
 

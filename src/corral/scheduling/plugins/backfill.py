@@ -7,13 +7,24 @@ succeeds, and the nodes that placement used. Jobs behind it may then start now, 
 expected to run past the reserved start may not use the reserved nodes, so backfilling
 never delays the first blocked job. Jobs without estimates are expected to run forever:
 they can backfill only outside the reservation.
+
+The search is kept cheap without changing its answer: a trial placement is skipped while
+too few ready nodes have the free whole GPUs the job needs (``snapshot.FreeWholeGpus``),
+and the answer is kept in the caller's memo (``SchedulingMemo.reservation``) and given
+again while the snapshot stays in the same state, for the same job, request and running
+work (the next cycle, when only a job arrived, say).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from operator import attrgetter
 
+from corral.core.allocation import Allocation
 from corral.core.job import Job
+from corral.core.resources import GpuKind
 from corral.core.units import format_duration
 from corral.scheduling.framework import (
     CycleContext,
@@ -21,15 +32,88 @@ from corral.scheduling.framework import (
     PostFilterResult,
     Reservation,
 )
-from corral.scheduling.plan import earliest_start, one_by_one
+from corral.scheduling.plan import Step, earliest_start, one_by_one
+
+_JOB_ID, _EXPECTED_END = attrgetter("job_id"), attrgetter("expected_end")
+
+_PASS = PostFilterResult(allow_others=True)  # jobs behind it may start (nothing reserved)
+
+
+@dataclass(frozen=True)
+class KeptReservation:
+    """A reservation search and what its answer depends on (kept in the memo): the
+    snapshot's state (``Snapshot.state``; the search puts back what it tried), the job's
+    shape (its request, gang size and TPU slice: EASY searches only while no node is
+    reserved, so nothing else of the job matters; under the ``jct`` order the first
+    blocked job changes often, its shape much less), and the running work in order (the
+    releases it tries)."""
+
+    state: int
+    job: Job
+    request: NodeRequest
+    allocations: tuple[Allocation, ...]  # ctx.allocations: what it releases, in this order
+    found: tuple[float, frozenset[str]] | None  # (expected end it starts after, nodes)
+
+    def answers(self, job: Job, request: NodeRequest, ctx: CycleContext) -> bool:
+        kept = self.job
+        return (
+            self.state == ctx.snapshot.state
+            and (kept is job or (kept.spec.nodes, kept.spec.tpu) == (job.spec.nodes, job.spec.tpu))
+            and (self.request is request or self.request == request)
+            # the same allocations (the same objects, usually: fast), else the same ends
+            and (
+                self.allocations == ctx.allocations
+                or _ends(self.allocations) == _ends(ctx.allocations)
+            )
+        )
 
 
 def reserve(job: Job, request: NodeRequest, ctx: CycleContext) -> Reservation | None:
     """When and where ``job`` could start as running work ends; None if never."""
-    running = sorted(ctx.allocations, key=lambda a: (a.expected_end, a.job_id))
-    steps = one_by_one(running, ctx.now)
-    found = earliest_start(lambda: ctx.place(job, request), steps, ctx.snapshot.release)
-    return None if found is None else Reservation(job.id, frozenset(found[1].nodes), found[0])
+    memo = ctx.memo
+    kept = memo.reservation if memo is not None else None
+    if kept is None or not kept.answers(job, request, ctx):
+        found = _search(job, request, ctx)
+        kept = KeptReservation(ctx.snapshot.state, job, request, ctx.allocations, found)
+        if memo is not None:
+            memo.reservation = kept
+    if kept.found is None:
+        return None
+    end, nodes = kept.found
+    return Reservation(job.id, nodes, max(ctx.now, end))
+
+
+def _search(
+    job: Job, request: NodeRequest, ctx: CycleContext
+) -> tuple[float, frozenset[str]] | None:
+    # by expected end, then job id (sorted by the second key, then stably by the first:
+    # much faster than comparing pairs)
+    running = sorted(sorted(ctx.allocations, key=_JOB_ID), key=_EXPECTED_END)
+    last_end = [math.nan]  # the expected end of the last allocation released
+
+    def steps() -> Iterator[Step]:
+        for step in one_by_one(running, ctx.now):
+            last_end[0] = step[1][0].expected_end
+            yield step
+
+    found = earliest_start(
+        lambda: ctx.place(job, request), steps(), ctx.snapshot.release, _may_fit(job, request, ctx)
+    )
+    return None if found is None else (last_end[0], frozenset(found[1].nodes))
+
+
+def _may_fit(job: Job, request: NodeRequest, ctx: CycleContext) -> Callable[[], bool] | None:
+    """False while too few ready nodes have the free whole GPUs one node of ``job`` needs
+    (None when there is no such count: not a whole-GPU request, or no memo to keep it)."""
+    if request.gpus.kind is not GpuKind.WHOLE or ctx.memo is None:
+        return None
+    pool = ctx.memo.free_gpus(request.selector, request.model, ctx.snapshot)
+    gpus, nodes, snapshot = request.gpus.count, job.spec.nodes, ctx.snapshot
+    return lambda: pool.has(snapshot, gpus, nodes)
+
+
+def _ends(allocations: Sequence[Allocation]) -> list[tuple[float, int]]:
+    return [(a.expected_end, a.job_id) for a in allocations]
 
 
 class EasyBackfill:
@@ -37,10 +121,10 @@ class EasyBackfill:
 
     def post_filter(self, job: Job, request: NodeRequest, ctx: CycleContext) -> PostFilterResult:
         if ctx.reservations:  # EASY: one reservation, for the first blocked job
-            return PostFilterResult(allow_others=True)
+            return _PASS
         found = reserve(job, request, ctx)
         if found is None:
-            return PostFilterResult(allow_others=True)
+            return _PASS
         nodes = ", ".join(sorted(found.nodes))
         when = (
             "when running jobs without estimates end"

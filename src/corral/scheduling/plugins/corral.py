@@ -25,6 +25,11 @@ the truncation makes common, go to the node-set selection's order). A share goes
 device leaving ``F*`` lowest, then the busiest, then the lowest index. MIG requests and
 TPU slices score 50; a request placed with ``spread`` is spread. Pure: no I/O (memoized by
 node state).
+
+The mix is the configured one (``args.mix``), else the one the control plane and the
+simulator learn from the jobs they see (``scheduling/mix.py``, passed in by
+``registry.build_profile``). An **empty** mix (nothing seen yet) places exactly as
+``packing``: the ``packing`` score and the busiest fitting device.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ from corral.scheduling.plugins.fgd import (
     share_fits,
     sigmoid_score,
 )
+from corral.scheduling.plugins.scoring import PackingScore
 from corral.scheduling.snapshot import NodeView
 
 DEFAULT_BALANCE = 1.0
@@ -85,7 +91,8 @@ def _supply(value: Mapping[str, object] | None) -> dict[str, int]:
 
 
 class CorralFragmentation(Fragmentation):
-    """``F*``: FGD's ``F`` with scarcity-weighted classes plus the CPU balance term."""
+    """``F*``: FGD's ``F`` with scarcity-weighted classes plus the CPU balance term (an
+    empty mix is allowed: it is what ``packing`` mode is told)."""
 
     def __init__(
         self,
@@ -93,7 +100,7 @@ class CorralFragmentation(Fragmentation):
         supply: Mapping[str, object] | None = None,
         balance: float = DEFAULT_BALANCE,
     ) -> None:
-        super().__init__(mix)
+        super().__init__(mix, empty_ok=True)
         if balance < 0:
             raise ValidationError("plugins: corral: balance must be >= 0")
         self.supply = _supply(supply)
@@ -116,7 +123,8 @@ class CorralFragmentation(Fragmentation):
 
 class CorralScore(FragmentationScore):
     """Score: ``trunc(100 * sigmoid((F*(n) - F*(n')) / 1000))`` (see the module); FGD's
-    score over ``F*``, with a share assumed on the device :func:`best_share` picks."""
+    score over ``F*``, with a share assumed on the device :func:`best_share` picks; with
+    an empty mix, the ``packing`` score."""
 
     name = "corral"
 
@@ -129,6 +137,12 @@ class CorralScore(FragmentationScore):
     ) -> None:
         super().__init__(weight)
         self.fragmentation = CorralFragmentation(mix, supply, balance)
+        self._packing = None if self.fragmentation.mix else PackingScore()
+
+    def score(self, request: NodeRequest, node: NodeView) -> float:
+        if self._packing is not None:
+            return self._packing.score(request, node)
+        return super().score(request, node)
 
     def arguments(self) -> dict[str, object]:
         """What a device selection needs to choose as this score assumes."""
@@ -167,7 +181,8 @@ def best_share(
 
 class CorralDeviceSelect:
     """DeviceSelect: a share goes to the device leaving ``F*`` lowest (then the busiest,
-    then the lowest index); everything else as ``nvlink-devices``."""
+    then the lowest index); everything else, and shares when the mix is empty, as
+    ``nvlink-devices``."""
 
     name = "corral-devices"
 
@@ -185,7 +200,7 @@ class CorralDeviceSelect:
         return self.fragmentation.mix
 
     def select(self, request: NodeRequest, node: NodeView) -> list[tuple[int, ...]] | None:
-        if request.gpus.kind is not GpuKind.FRACTION:
+        if request.gpus.kind is not GpuKind.FRACTION or not self.fragmentation.mix:
             return self._inner.select(request, node)
         position = best_share(request, node, self.fragmentation)
         return None if position is None else [(node.node.devices[position[0]].index,)]

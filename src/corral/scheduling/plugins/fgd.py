@@ -63,13 +63,16 @@ DEFAULT_MIX: tuple[RequestClass, ...] = (
 )
 
 _CLASS_KEYS = {"gpu_milli", "gpus", "cpus", "model", "share"}
+ClassKey = tuple[float, int, int, str]  # a request class: (cpus, gpu_milli, gpus, model or "")
 
 
 def parse_mix(
     mix: Sequence[RequestClass | Mapping[str, object]] | None,
+    empty_ok: bool = False,
 ) -> tuple[RequestClass, ...]:
     """The mix as request classes (from classes or configuration mappings), shares
-    renormalised to sum to 1; None: :data:`DEFAULT_MIX`."""
+    renormalised to sum to 1; None: :data:`DEFAULT_MIX`; an empty one is refused unless
+    ``empty_ok`` (then it stays empty)."""
     if mix is None:
         return DEFAULT_MIX
     classes: list[RequestClass] = []
@@ -102,7 +105,7 @@ def parse_mix(
                 f"plugins: fgd: mix[{i}]: needs share > 0, gpus >= 0, cpus >= 0 and "
                 f"0 < gpu_milli <= {MILLI} (0 allowed with gpus: 0)"
             )
-    if not classes:
+    if not classes and not empty_ok:
         raise ValidationError("plugins: fgd: mix: needs at least one request class")
     total = sum(c.share for c in classes)
     return tuple(
@@ -110,7 +113,7 @@ def parse_mix(
     )
 
 
-def request_class_key(spec: JobSpec) -> tuple[float, int, int, str] | None:
+def request_class_key(spec: JobSpec) -> ClassKey | None:
     """``(cpus, gpu_milli, gpus, model)`` of one node of ``spec``: its request class;
     None for MIG and TPU requests, which fragmentation does not model."""
     gpus = spec.gpus
@@ -131,12 +134,19 @@ def mix_of(specs: Iterable[JobSpec], coverage: float = 0.95) -> tuple[RequestCla
     least ``coverage`` of them (ties: the smaller key first), shares renormalised over the
     kept classes; :data:`DEFAULT_MIX` when there is none."""
     counts = Counter(k for k in map(request_class_key, specs) if k is not None)
-    if not counts:
-        return DEFAULT_MIX
+    return classes_of(counts, coverage) or DEFAULT_MIX
+
+
+def classes_of(counts: Mapping[ClassKey, int], coverage: float = 0.95) -> tuple[RequestClass, ...]:
+    """The most frequent classes of ``counts`` (by :func:`request_class_key`) that together
+    cover at least ``coverage`` of them (ties: the smaller key first), shares renormalised
+    over the kept classes; empty when there are none."""
     total = sum(counts.values())
-    kept: list[tuple[tuple[float, int, int, str], int]] = []
+    kept: list[tuple[ClassKey, int]] = []
     covered = 0
     for key, count in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
+        if count <= 0:
+            break
         kept.append((key, count))
         covered += count
         if covered >= coverage * total - 1e-9:
@@ -171,8 +181,12 @@ class Fragmentation:
     Each class counts with its ``share``; a subclass may set other ``weights``.
     """
 
-    def __init__(self, mix: Sequence[RequestClass | Mapping[str, object]] | None = None) -> None:
-        self.mix = parse_mix(mix)
+    def __init__(
+        self,
+        mix: Sequence[RequestClass | Mapping[str, object]] | None = None,
+        empty_ok: bool = False,
+    ) -> None:
+        self.mix = parse_mix(mix, empty_ok)
         self.weights: tuple[float, ...] = tuple(c.share for c in self.mix)
         self._memo: dict[tuple[Frees, float], float] = {}
         self._match: dict[tuple[str | None, str], bool] = {}
@@ -278,6 +292,19 @@ def whole_after(
     return frees_of(view, used), view.free_cpus - request.cpus
 
 
+def one_model_after(request: NodeRequest, frees: Frees, frag: Fragmentation) -> Frees | None:
+    """The node's state after the request's whole GPUs are taken, when its GPUs are all
+    of one model that the request accepts: which idle GPUs are taken does not change it,
+    so there is no need to choose them. None when that does not hold or too few are idle
+    (the caller then asks the device selection)."""
+    if not frees or frees[0][0] != frees[-1][0] or not frag.matches(request.model, frees[0][0]):
+        return None
+    need = request.tasks * request.gpus_per_task
+    if need > len(frees) or any(free != MILLI for _, free in frees[len(frees) - need :]):
+        return None  # sorted: the idle GPUs are last
+    return ((frees[0][0], 0),) * need + frees[: len(frees) - need]
+
+
 def sigmoid_score(delta: float) -> float:
     """``trunc(100 * sigmoid(delta / 1000))``."""
     x = max(-50.0, min(50.0, delta / 1000.0))
@@ -329,16 +356,20 @@ class FragmentationScore:
         kind, frag = request.gpus.kind, self.fragmentation
         if kind is GpuKind.MIG or request.gpus.tpu:
             return None, 50.0
-        before = frag.of(node)
+        frees = frees_of(node)
+        before = frag.value(frees, node.free_cpus)
         if kind is GpuKind.FRACTION:
             return self.best_share(request, node, before)
         if kind is GpuKind.NONE:
-            after = frag.value(frees_of(node), node.free_cpus - request.cpus)
+            after = frag.value(frees, node.free_cpus - request.cpus)
             return None, sigmoid_score(before - after)
-        picks = self._whole.select(request, node)
-        if picks is None:
-            return None
-        return None, sigmoid_score(before - frag.value(*whole_after(request, node, picks)))
+        taken = one_model_after(request, frees, frag)  # the common case: no choice to make
+        if taken is None:
+            picks = self._whole.select(request, node)
+            if picks is None:
+                return None
+            taken = whole_after(request, node, picks)[0]
+        return None, sigmoid_score(before - frag.value(taken, node.free_cpus - request.cpus))
 
     def best_share(
         self, request: NodeRequest, node: NodeView, before: float

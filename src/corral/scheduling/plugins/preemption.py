@@ -3,6 +3,9 @@
 Victims of a pending job may be:
 
 - (a) running allocations of lower priority that are preemptible;
+- (j) for job completion time (``policy.order: jct`` with ``policy.jct.preempt``):
+  running jobs of the job's own queue and equal priority that checkpoint and have far
+  more work left than the job (``plugins/jct.py``, :func:`jct_victim`);
 - (b) reclaim: when the job's queue has a nominal quota and the job fits within it
   (``QuotaBook.within_nominal``), allocations of the other queues of its cohort while they
   borrow (``QuotaBook.reclaimable``), whatever their priority and even when not
@@ -41,8 +44,9 @@ nodes whose ``NodeView.version`` moved or whose victims are now being preempted;
 placement, plus at most ``max_prune`` and ``max_quota_victims``), ``max_seeds`` seeds per
 domain; a search that finds nothing answers later jobs of the same shape (and queue,
 with quotas) and no higher priority at once; at most ``max_searches`` searches a cycle.
-The cycle's cache lives in ``ctx.snapshot.caches`` (valid while ``ctx.now`` and the first
-allocations of ``ctx.allocations`` stay the same).
+What the searches share within a cycle (:class:`PreemptionState`) lives in the cycle's
+memo (``ctx.memo.cycle.preemption``); the victim index is built at the first search of a
+cycle that needs one.
 """
 
 from __future__ import annotations
@@ -51,10 +55,11 @@ import heapq
 import math
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 
 from corral.core.allocation import Allocation
 from corral.core.job import Job, TopologyLevel, TopologyMode
+from corral.scheduling.config import JctPolicy
 from corral.scheduling.framework import (
     CycleContext,
     Filter,
@@ -62,6 +67,9 @@ from corral.scheduling.framework import (
     PostFilterResult,
     Reservation,
 )
+from corral.scheduling.plugins.jct import expected_size, jct_victim
+from corral.scheduling.plugins.preemption_reasons import explanations
+from corral.scheduling.plugins.preemption_state import PreemptionState, cycle_state
 from corral.scheduling.plugins.victims import (
     DEFAULT_FILTERS,
     Borrowing,
@@ -73,7 +81,6 @@ from corral.scheduling.plugins.victims import (
     node_victims,
     prune_order,
     victim_order,
-    work_lost,
 )
 from corral.scheduling.snapshot import NodeView
 
@@ -92,59 +99,6 @@ class Limits:
     max_quota_victims: int = 32  # own-queue victims added to fit the quota
     max_seeds: int = 4  # multi-node victims tried as seeds of a gang's group, per domain
     max_searches: int = 32  # searches per cycle (the rest wait for the next cycle)
-
-
-@dataclass
-class _Cycle:
-    """What one cycle's searches share (see the module docstring)."""
-
-    now: float
-    base_len: int
-    base_last: Allocation | None
-    by_node: dict[str, list[Victim]]  # every victim-able allocation, per node it touches
-    lowest: float  # the lowest priority of a preemptible allocation
-    # (request, priority, reclaim) -> node -> (its version, its victims or None, their cost)
-    plans: dict[tuple, dict[str, tuple[int, tuple[Victim, ...] | None, Cost]]] = field(
-        default_factory=dict
-    )
-    preempting: frozenset[int] = frozenset()  # victims the plans know to be taken
-    holders: dict[int, Allocation] = field(default_factory=dict)  # job id -> allocation
-    fruitless: dict[tuple, int] = field(default_factory=dict)  # key -> highest priority
-    searches: int = 0
-
-    def nodes_of(self, job_id: int) -> tuple[str, ...]:
-        alloc = self.holders.get(job_id)
-        return alloc.nodes if alloc is not None else ()
-
-
-def _cycle(ctx: CycleContext, owner: object) -> _Cycle:
-    cached = ctx.snapshot.caches.get(owner)
-    allocs = ctx.allocations
-    if (
-        isinstance(cached, _Cycle)
-        and cached.now == ctx.now
-        and cached.base_len <= len(allocs)
-        and (cached.base_len == 0 or allocs[cached.base_len - 1] is cached.base_last)
-    ):
-        return cached
-    by_node: dict[str, list[Victim]] = defaultdict(list)
-    holders: dict[int, Allocation] = {}
-    lowest = math.inf
-    for alloc in allocs:
-        if alloc.started_at is not None and alloc.started_at >= ctx.now:
-            continue  # placed in this cycle
-        holders[alloc.job_id] = alloc
-        victim = Victim(alloc, work_lost(alloc, ctx.now))
-        for name in alloc.nodes:
-            by_node[name].append(victim)
-        if alloc.preemptible:
-            lowest = min(lowest, alloc.priority)
-    for victims in by_node.values():
-        victims.sort(key=victim_order)
-    last = allocs[-1] if allocs else None
-    fresh = _Cycle(ctx.now, len(allocs), last, dict(by_node), lowest, holders=holders)
-    ctx.snapshot.caches[owner] = fresh
-    return fresh
 
 
 @dataclass(frozen=True)
@@ -193,17 +147,31 @@ def find_victims(
     ctx: CycleContext,
     filters: Sequence[Filter] = DEFAULT_FILTERS,
     limits: Limits = Limits(),
-    owner: object = "preemption",
+    jct: JctPolicy | None = None,
 ) -> Plan | None:
     """The cheapest minimal victim set that lets ``job`` start, or None (module docstring).
-    Leaves ``ctx.snapshot`` and ``ctx.quota`` as they were. ``owner`` keys the per-cycle
-    cache in ``ctx.snapshot.caches``."""
-    cycle = _cycle(ctx, owner)
+    Leaves ``ctx.snapshot`` and ``ctx.quota`` as they were."""
+    cycle = cycle_state(ctx)
     if cycle.searches >= limits.max_searches:
         return None
-    if job.priority <= cycle.lowest and ctx.quota is None:
+    jct = jct if jct is not None and jct.preempt and _sized(job) else None
+    if jct is not None:
+        largest, _ = cycle.jct_candidates(job.queue, job.priority, jct)
+        if largest < jct.margin * 2.0 ** _tier(job):
+            jct = None  # no running job of its queue has margin times its work left
+    if cycle.nothing_below(job.priority) and ctx.quota is None and jct is None:
         return None  # nothing of lower priority runs, and no quota to reclaim
-    return _Search(job, request, ctx, filters, limits, cycle).run()
+    return _Search(job, request, ctx, filters, limits, cycle, jct).run()
+
+
+def _sized(job: Job) -> bool:
+    return not math.isinf(expected_size(job))
+
+
+def _tier(job: Job) -> int:
+    """The job's expected size rounded up to a power of two (its exponent): jobs of one
+    tier share the memoized victim sets of preemption for completion time."""
+    return math.ceil(math.log2(max(expected_size(job), 1.0)))
 
 
 class _Search:
@@ -214,9 +182,14 @@ class _Search:
         ctx: CycleContext,
         filters: Sequence[Filter],
         limits: Limits,
-        cycle: _Cycle,
+        cycle: PreemptionState,
+        jct: JctPolicy | None = None,
     ) -> None:
         self.job, self.request, self.ctx = job, request, ctx
+        self.jct = jct
+        # the JCT test is made against the job's size rounded up to a power of two, so
+        # that jobs of similar sizes share the memoized victim sets
+        self.jct_tier = _tier(job) if jct else None
         self.filters, self.limits, self.cycle = filters, limits, cycle
         self.book = ctx.quota
         self.reserved: set[str] = set()
@@ -227,9 +200,14 @@ class _Search:
 
     def run(self) -> Plan | None:
         job, cycle, book, ctx = self.job, self.cycle, self.book, self.ctx
-        if job.priority <= cycle.lowest and not self.reclaim:
+        if cycle.nothing_below(job.priority) and not self.reclaim and self.jct is None:
             return None  # nothing of lower priority runs, nothing to reclaim
-        key = (self.request, self.reclaim, job.queue if book is not None else None)
+        key = (
+            self.request,
+            self.reclaim,
+            job.queue if book is not None or self.jct else None,
+            self.jct_tier,
+        )
         if cycle.fruitless.get(key, -math.inf) >= job.priority:
             return None  # no job of this shape and higher priority found any this cycle
         if cycle.searches >= self.limits.max_searches:
@@ -251,10 +229,10 @@ class _Search:
                 # refused by its quota: first try freeing quota alone (lower-priority
                 # jobs of its own queue), wherever the job would then be placed
                 groups.insert(0, _Group((), (), (), False))
-        for group in groups[: self.limits.max_groups]:
+        for index, group in enumerate(groups[: self.limits.max_groups]):
             plan = self._confirm(group, book_counts)
             if plan is not None:
-                return plan
+                return _ranked(plan, groups, index)
         cycle.fruitless[key] = max(cycle.fruitless.get(key, -math.inf), job.priority)
         return None
 
@@ -271,6 +249,8 @@ class _Search:
                 out.append(victim)
             elif alloc.job_id in self.reclaim:
                 out.append(Victim(alloc, victim.loss, reclaim=True))
+            elif self.jct_tier is not None and self._jct_victim(alloc):
+                out.append(Victim(alloc, victim.loss, for_jct=True))
             if len(out) >= self.limits.max_victims_per_node:
                 break
         return out
@@ -294,13 +274,17 @@ class _Search:
         """Node -> its cheapest victim set for the request and its cost (nodes that cannot
         be freed, and nodes reserved for other jobs, are left out). Memoized for the cycle
         (by node version; see _forget_taken)."""
-        memo = self.cycle.plans.setdefault((self.request, self.job.priority, self.reclaim), {})
+        key = (self.request, self.job.priority, self.reclaim, self.jct_tier, self._jct_queue())
+        memo = self.cycle.plans.setdefault(key, {})
         gang = self.job.spec.nodes > 1
         by_node, reserved = self.cycle.by_node, self.reserved
+        only = self._jct_only_nodes() if not gang else None
         out: dict[str, tuple[tuple[Victim, ...], Cost]] = {}
         for name, view in self.ctx.snapshot.nodes.items():
             if name in reserved or (not gang and name not in by_node):
                 continue
+            if only is not None and name not in only:
+                continue  # no victim of any kind there
             entry = memo.get(name)
             if entry is None or entry[0] != view.version:
                 found = node_victims(
@@ -311,6 +295,21 @@ class _Search:
             if entry[1] is not None:
                 out[name] = (entry[1], entry[2])
         return out
+
+    def _jct_victim(self, alloc: Allocation) -> bool:
+        """:func:`jct_victim` for a job of the search's size tier (see __init__)."""
+        assert self.jct is not None and self.jct_tier is not None
+        return jct_victim(self.job, alloc, self.ctx.now, self.jct, size=2.0**self.jct_tier)
+
+    def _jct_only_nodes(self) -> set[str] | None:
+        """When completion time is the only reason it may preempt: the nodes its JCT
+        candidates run on (None: any node may have a victim)."""
+        if self.jct is None or self.reclaim or not self.cycle.nothing_below(self.job.priority):
+            return None
+        return self.cycle.jct_candidates(self.job.queue, self.job.priority, self.jct)[1]
+
+    def _jct_queue(self) -> str | None:
+        return self.job.queue if self.jct_tier is not None else None
 
     # --- groups --------------------------------------------------------------------------
 
@@ -468,6 +467,13 @@ class _Search:
         return None
 
 
+def _ranked(plan: Plan, groups: Sequence[_Group], index: int) -> Plan:
+    """``plan`` (from ``groups[index]``) with how it ranked, for the victims' events."""
+    later = next((g for g in groups[index + 1 :] if g.victims), None)
+    runner_up = cost_of(later.victims) if later is not None else None
+    return replace(plan, candidates=len(groups), passed=index, runner_up=runner_up)
+
+
 def describe(plan: Plan) -> str:
     """``preempting jobs 7, 9 (lower priority) to start on n3``."""
     ids = plan.job_ids
@@ -493,12 +499,18 @@ class Preemption:
 
     name = "preemption"
 
-    def __init__(self, filters: Sequence[Filter] | None = None, limits: Limits | None = None):
+    def __init__(
+        self,
+        filters: Sequence[Filter] | None = None,
+        limits: Limits | None = None,
+        jct: JctPolicy | None = None,
+    ):
         self.filters = tuple(filters) if filters is not None else DEFAULT_FILTERS
         self.limits = limits or Limits()
+        self.jct = jct  # preemption for job completion time too (None: priority only)
 
     def post_filter(self, job: Job, request: NodeRequest, ctx: CycleContext) -> PostFilterResult:
-        plan = find_victims(job, request, ctx, self.filters, self.limits, owner=self)
+        plan = find_victims(job, request, ctx, self.filters, self.limits, jct=self.jct)
         if plan is None:
             return PostFilterResult()
         return PostFilterResult(
@@ -506,4 +518,5 @@ class Preemption:
             reason=describe(plan),
             allow_others=True,
             reservation=Reservation(job.id, frozenset(plan.nodes), ctx.now),
+            explanations=explanations(job, plan, ctx.now),
         )

@@ -5,7 +5,8 @@ dominant share of decayed usage (``corral.scheduling.fairshare``; the cycle orde
 ``fair_order``), then submission order; its ``sort_key`` is the order without usage.
 ``priority-fifo``: priority first, then submission order.
 ``shortest-first``: priority first, then the shortest expected run time (the job's
-``runtime_estimate``, else its ``time_limit``; jobs with neither go last), then submission.
+``runtime_estimate``, else its learned run time, else its ``time_limit``; jobs with none
+go last), then submission.
 With true durations as estimates (``corral sim --oracle``) it is the shortest-job-first
 oracle that schedulers are compared against.
 """
@@ -30,4 +31,4 @@ class ShortestFirst:
     name = "shortest-first"
 
     def sort_key(self, job: Job) -> tuple:
-        return (-job.priority, job.spec.expected_runtime, job.submitted_at, job.id)
+        return (-job.priority, job.expected_runtime, job.submitted_at, job.id)

@@ -1,11 +1,13 @@
 """Sharing policies (``policy.sharing``): which node score and device choice place GPU
 requests, shares above all.
 
-- ``packing`` (the default profile): the ``packing`` score, busiest fitting device.
+- ``packing``: the ``packing`` score, busiest fitting device.
 - ``bestfit``: :class:`BestFitScore`, the node left with the least free CPU and GPU,
   busiest fitting device.
 - ``fgd``: fragmentation gradient descent (``plugins/fgd.py``).
-- ``corral``: fragmentation-aware packing (``plugins/corral.py``).
+- ``corral`` (the default): fragmentation-aware packing (``plugins/corral.py``) against
+  the request mix learned from the jobs seen (``scheduling/mix.py``); ``packing`` until
+  there is one.
 
 The chosen score replaces ``packing`` for bin-packed requests; a request placed with
 ``spread`` is still spread. Pure: no I/O.
@@ -14,6 +16,7 @@ The chosen score replaces ``packing`` for bin-packed requests; a request placed 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from corral.core.resources import MILLI, GpuKind
@@ -89,19 +92,22 @@ class BestFitScore:
         )
 
 
-def sharing_plugins(policy: str, registry: Any, extra: list[Score]) -> tuple[Score, Any]:
+def sharing_plugins(
+    policy: str, registry: Any, extra: list[Score], defaults: Mapping[str, object] | None = None
+) -> tuple[Score, Any]:
     """The node score and the inner device selection for ``policy.sharing``.
 
     A score plugin of the policy's own name among the configured ``extra`` ones is used
-    (and taken out of ``extra``), so its arguments (such as ``mix``) apply; what its
-    ``arguments()`` return, if it has that method, configures the device choice too.
+    (and taken out of ``extra``), so its arguments (such as ``mix``) apply; otherwise one
+    is made with ``defaults`` (a learned mix). What its ``arguments()`` return, if it has
+    that method, configures the device choice too.
     """
     if policy not in POLICIES:
         raise ValidationError(f"policy.sharing: unknown policy {policy!r}")
     score_name, devices_name = POLICIES[policy]
     score = next((p for p in extra if p.name == score_name), None)
     if score is None:
-        score = registry.create(score_name)
+        score = registry.create(score_name, **dict(defaults or {}))
     else:
         extra.remove(score)
     arguments = score.arguments() if hasattr(score, "arguments") else {}

@@ -48,6 +48,7 @@ class Victim:
     alloc: Allocation
     loss: float  # GPU-seconds, see work_lost
     reclaim: bool = False  # eligible only as reclaim of borrowed quota
+    for_jct: bool = False  # eligible only as preemption for job completion time (jct.py)
     job_id: int = field(init=False)
     priority: int = field(init=False)
 
@@ -78,10 +79,15 @@ def cost_of(victims: Sequence[Victim]) -> Cost:
 
 @dataclass(frozen=True)
 class Plan:
-    """Victims to preempt, and where the job would then run."""
+    """Victims to preempt, and where the job would then run; for the victims' events, how
+    it was chosen: among ``candidates`` victim sets ranked by cost, after ``passed`` cheaper
+    ones that did not let the job start, ahead of one costing ``runner_up`` (None: none)."""
 
     victims: tuple[Victim, ...]
     nodes: tuple[str, ...]
+    candidates: int = 1
+    passed: int = 0
+    runner_up: Cost | None = None
 
     @property
     def cost(self) -> Cost:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -146,12 +147,16 @@ def task_allocation_of(row: TaskRow) -> TaskAllocation:
 
 
 def allocations_of(
-    tasks: Iterable[TaskRow], jobs: Mapping[int, JobRow] | None = None
+    tasks: Iterable[TaskRow],
+    jobs: Mapping[int, JobRow] | None = None,
+    predicted: Mapping[int, float] | None = None,
 ) -> list[Allocation]:
     """Group held task rows into per-attempt allocations (rank order), with what the
     scheduler needs of each job found in ``jobs`` (priority, queue, start, last checkpoint,
-    expected end: start plus run-time estimate, else time limit, else never)."""
+    expected end: start plus run-time estimate, else the learned run time in ``predicted``
+    capped by the time limit, else the time limit, else never)."""
     jobs = jobs or {}
+    predicted = predicted or {}
     groups: dict[tuple[int, int], list[TaskRow]] = defaultdict(list)
     for task in tasks:
         groups[(task.job_id, task.attempt)].append(task)
@@ -163,6 +168,10 @@ def allocations_of(
             allocations.append(Allocation(job_id, attempt, placed))
             continue
         started = job.started_at or job.updated_at
+        spec = spec_of(job)
+        runtime = spec.expected_runtime
+        if not spec.runtime_estimate and job_id in predicted:  # learned, capped by the limit
+            runtime = min(predicted[job_id], spec.time_limit or math.inf)
         allocations.append(
             Allocation(
                 job_id,
@@ -170,7 +179,7 @@ def allocations_of(
                 placed,
                 priority=job.priority,
                 preemptible=job.preemptible,
-                expected_end=started + spec_of(job).expected_runtime,
+                expected_end=started + runtime,
                 queue=job.queue,
                 started_at=started,
                 last_checkpoint=job.last_checkpoint_at,

@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 
 from corral.core.job import JobState
 from corral.core.node import NodeState
+from corral.core.resources import MILLI
 from corral.core.tpu import slice_env
 from corral.errors import ConflictError, NotFoundError, PermissionDeniedError
 from corral.schemas.agent import (
@@ -454,7 +455,8 @@ def task_launch(
 
     A task of a TPU slice also gets ``tpu`` (the slice's shared TPU variables) and
     ``TPU_WORKER_ID`` (its rank: hosts are ranked in worker order); it holds no GPUs, so
-    ``CUDA_VISIBLE_DEVICES`` is empty. (The caller adds ``CORRAL_JOB_TOKEN``.)"""
+    ``CUDA_VISIBLE_DEVICES`` is empty. A task holding a share of a GPU also gets
+    :func:`share_env`. (The caller adds ``CORRAL_JOB_TOKEN``.)"""
     spec = spec_of(job)
     env = dict(spec.env)
     env.update(
@@ -474,6 +476,7 @@ def task_launch(
         MASTER_PORT=str(job.master_port or 29500),
         CUDA_VISIBLE_DEVICES=visible_devices(task, devices),
     )
+    env.update(share_env(task))
     if tpu:
         env.update(tpu, TPU_WORKER_ID=str(task.rank), CUDA_VISIBLE_DEVICES="")
     command = list(spec.command) if isinstance(spec.command, tuple) else spec.command
@@ -540,3 +543,26 @@ def visible_devices(task: TaskRow, devices: Sequence[Mapping[str, Any]] = ()) ->
     if task.mig_slots:
         return ",".join(mig_names(task, devices))
     return ",".join(str(i) for i in task.gpus)
+
+
+def share_env(task: TaskRow) -> dict[str, str]:
+    """What a task holding a share of a GPU (``gpu_milli`` < 1000) is told of it:
+    ``CORRAL_GPU_FRACTION`` (the share as a decimal, ``0.5``), ``CORRAL_GPU_MEMORY`` (the
+    device memory promised to it in bytes, when the request had ``gpu_memory``) and
+    ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` (``round(100 * share)``, at least 1).
+
+    Nothing for whole GPUs, MIG instances or no GPU: an absent ``CORRAL_GPU_FRACTION``
+    means whole devices. Corral does not know whether a node runs the MPS control daemon,
+    so the MPS variable is set for every share: CUDA reads it only in a process that
+    connects to an MPS server, and runs as usual without one.
+    """
+    milli = task.gpu_milli or MILLI
+    if not task.gpus or task.mig_slots or milli >= MILLI:
+        return {}
+    env = {
+        "CORRAL_GPU_FRACTION": f"{milli / MILLI:g}",
+        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(max(1, round(milli / 10))),
+    }
+    if task.gpu_memory:
+        env["CORRAL_GPU_MEMORY"] = str(task.gpu_memory)
+    return env

@@ -11,22 +11,27 @@ COMMITTED, not a snapshot).
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from sqlalchemy import Row, bindparam, select, update
 from sqlalchemy.orm import Session
 
 from corral.core.allocation import Allocation
-from corral.core.job import JobState
+from corral.core.job import TERMINAL_STATES, Job, JobSpec, JobState
 from corral.core.lifecycle import transition
 from corral.core.units import format_duration
 from corral.scheduling.config import SchedulerConfig
 from corral.scheduling.cycle import ClusterState, Decisions, schedule
 from corral.scheduling.fairshare import Usage, UsageLedger
+from corral.scheduling.mix import gpu_supply
+from corral.scheduling.registry import build_profile
 from corral.server.context import Context
 from corral.server.db.models import JobRow, NodeRow, QueueUsageRow, TaskRow
 from corral.server.leader import Term
-from corral.server.services.converters import JOB_COLUMNS, allocations_of, node_of
+from corral.server.services.converters import JOB_COLUMNS, allocations_of, node_of, spec_of
+from corral.server.services.estimates import RunTimeHistory
 from corral.server.services.notify import notify_jobs
 from corral.server.services.transitions import lock_job, move_job, record
 
@@ -50,15 +55,16 @@ class LoadedCluster:
     state: ClusterState
 
 
-def load_cluster(session: Session) -> LoadedCluster:
-    """Nodes and every allocation that holds resources (with expected ends): what a cycle
-    schedules on, and what on-demand answers (``services.advice``) look at."""
+def load_cluster(session: Session, runtimes: RunTimeHistory | None = None) -> LoadedCluster:
+    """Nodes and every allocation that holds resources (with expected ends: from their run
+    time estimates, else from ``runtimes``' predictions): what a cycle schedules on, and
+    what on-demand answers (``services.advice``) look at."""
     node_rows = list(session.scalars(select(NodeRow)))
     held = list(session.scalars(select(TaskRow).where(TaskRow.released.is_(False))))
     held_jobs = _held_jobs(session, held)
     state = ClusterState(
         nodes=tuple(node_of(r) for r in node_rows),
-        allocations=tuple(allocations_of(held, held_jobs)),
+        allocations=tuple(allocations_of(held, held_jobs, _predictions(held_jobs, runtimes))),
         preempting=frozenset(
             j.id for j in held_jobs.values() if j.state == JobState.PREEMPTING.value
         ),
@@ -109,17 +115,56 @@ def run_cycle(ctx: Context, term: Term | None = None) -> CycleResult:
 def plan_cycle(ctx: Context, session: Session) -> CyclePlan:
     """Load the cluster and the pending jobs and call the pure scheduler; writes nothing."""
     now = ctx.clock()
-    cluster = load_cluster(session)
+    cluster = load_cluster(session, ctx.runtimes)
     # Plain rows, not ORM objects: thousands of pending jobs are read every cycle.
     pending_rows = list(
         session.execute(select(*PENDING_COLUMNS).where(JobRow.state == JobState.PENDING.value))
     )
+    ctx.runtimes.refresh(session)
     pending = ctx.pending_jobs.jobs(session, pending_rows)
+    learn_mix(ctx, session, cluster, pending)
+    pending = ctx.runtimes.predicted(pending, [row.user for row in pending_rows])
     _, stored = stored_usage(session, ctx.config.policy.fair_share_half_life, now)
     usage = stored.advance(now, cluster.state.allocations)
     state = replace(cluster.state, usage=usage)
     decisions = schedule(state, pending, ctx.config, now, ctx.profile)
     return CyclePlan(cluster, pending_rows, usage, decisions, now)
+
+
+def learn_mix(
+    ctx: Context, session: Session, cluster: LoadedCluster, pending: Sequence[Job]
+) -> None:
+    """Show ``ctx.mixes`` the jobs pending and holding resources (and, the first time, the
+    last ones to end) and the nodes' GPUs; when the request mix moved materially, the
+    ``corral`` sharing policy gets a new profile with it (``scheduling/mix.py``)."""
+    learner = ctx.mixes
+    if learner is None:
+        return
+    if not learner.seeded:
+        learner.seed(_recent_specs(session, learner.window))
+    held = ((job.id, spec_of(job)) for job in cluster.held_jobs.values())
+    learner.sync(itertools.chain(((job.id, job.spec) for job in pending), held))
+    learned = learner.refresh(gpu_supply(cluster.state.nodes))
+    if learned is not None:
+        ctx.profile = build_profile(ctx.config, learned=learned)
+
+
+def _recent_specs(session: Session, count: int) -> list[JobSpec]:
+    """The specs of the last ``count`` jobs to end (by id), oldest first; a manifest that
+    no longer parses is skipped (history is only a hint)."""
+    rows = session.execute(
+        select(JobRow.id, JobRow.submitted_at, JobRow.user, JobRow.manifest)
+        .where(JobRow.state.in_([s.value for s in TERMINAL_STATES]))
+        .order_by(JobRow.id.desc())
+        .limit(count)
+    )
+    specs = []
+    for row in reversed(list(rows)):
+        try:
+            specs.append(spec_of(row))
+        except ValueError:
+            continue
+    return specs
 
 
 def apply_cycle(ctx: Context, session: Session, plan: CyclePlan) -> tuple[int, list[int]]:
@@ -242,6 +287,18 @@ def store_usage(session: Session, config: SchedulerConfig, ledger: UsageLedger, 
             row = QueueUsageRow(queue=queue)
             session.add(row)
         row.gpu, row.cpu, row.memory, row.at = used.gpu, used.cpu, used.memory, now
+
+
+def _predictions(jobs: dict[int, JobRow], runtimes: RunTimeHistory | None) -> dict[int, float]:
+    """The learned run times of running jobs without an estimate of their own."""
+    if runtimes is None:
+        return {}
+    out = {}
+    for job_id, row in jobs.items():
+        found = runtimes.predict(row)
+        if found is not None:
+            out[job_id] = found.seconds
+    return out
 
 
 def _held_jobs(session: Session, held: list[TaskRow]) -> dict[int, JobRow]:

@@ -368,8 +368,12 @@ class JobMaker:
         gpu_model: str | None = None,
         cpus: float | None = None,
         memory: float | None = None,
+        user: str | None = None,
+        command: str | None = None,
     ) -> SimJob:
-        """One job; ``cpus`` and ``memory`` (bytes) are per node."""
+        """One job; ``cpus`` and ``memory`` (bytes) are per node; ``user`` who submitted it
+        (an empty one is None); ``command`` what it ran, when the trace says (run-time
+        predictions look at it; default ``trace:<name>``)."""
         name = self.names.claim(name)
         resources: dict[str, object] = {"gpus": shape.gpus}
         if gpu_model and shape.gpus:
@@ -383,7 +387,7 @@ class JobMaker:
             "queue": queue or DEFAULT_QUEUE,
             "nodes": shape.nodes,
             "resources": resources,
-            "command": f"trace:{name}",
+            "command": command or f"trace:{name}",
         }
         try:
             spec = parse_manifest(manifest).to_spec()
@@ -392,7 +396,13 @@ class JobMaker:
             raise fail(self.path, f"job {name!r}: {detail}", row.line if row else None) from None
         if shape.rounded:
             self.notes["GPU requests rounded up to whole GPUs per node"] += 1
-        job = SimJob(name=name, spec=spec, submit_time=submit, duration=max(0.0, duration))
+        job = SimJob(
+            name=name,
+            spec=spec,
+            submit_time=submit,
+            duration=max(0.0, duration),
+            user=user or None,
+        )
         self.jobs.append(job)
         return job
 
@@ -414,9 +424,20 @@ class JobMaker:
         return None
 
     def workload(
-        self, rows: int, unit: str = "rows", nodes: Sequence[Node] | None = None, extra: str = ""
+        self,
+        rows: int,
+        unit: str = "rows",
+        nodes: Sequence[Node] | None = None,
+        extra: str = "",
+        *,
+        untimed: str | None = None,
     ) -> Workload:
-        """The jobs sorted by (submit time, name), times relative to the first submission."""
+        """The jobs sorted by (submit time, name), times relative to the first submission.
+
+        ``untimed``: why the submit and run times are made up (the workload is then not
+        ``timed``, and this is its note). Otherwise, where every job submits at the same
+        moment, a note says the trace is one batch.
+        """
         start = min((j.submit_time for j in self.jobs), default=0.0)
         jobs = [replace(j, submit_time=j.submit_time - start) if start else j for j in self.jobs]
         jobs.sort(key=lambda j: (j.submit_time, j.name))
@@ -428,8 +449,20 @@ class JobMaker:
             text += f"; {n} {note}"
         if extra:
             text += f"; {extra}"
+        notes: tuple[str, ...] = ()
+        if untimed:
+            notes = (untimed,)
+        elif len(jobs) > 1 and jobs[0].submit_time == jobs[-1].submit_time:
+            notes = (
+                f"all {len(jobs)} jobs of {self.path.name} submit at the same moment (one "
+                "batch): wait and JCT count the time spent behind the jobs of the batch",
+            )
         return Workload(
-            jobs=tuple(jobs), nodes=tuple(nodes) if nodes is not None else None, source=text
+            jobs=tuple(jobs),
+            nodes=tuple(nodes) if nodes is not None else None,
+            source=text,
+            timed=untimed is None,
+            notes=notes,
         )
 
 
@@ -442,6 +475,16 @@ def make_node(name: str, gpus: int, model: str, cpus: float, memory: int) -> Nod
         cpus=cpus,
         memory=memory,
     )
+
+
+def cluster_gpus_per_node(nodes: Iterable[Node]) -> int | None:
+    """The GPUs per node that a trace's gangs should be cut to on ``nodes``: the count of
+    the GPU nodes when they all have the same, else the largest count (a job that spans
+    nodes then fits the biggest ones; on the smaller ones it may not fit, and is refused
+    as on a real cluster). Whole GPUs only: TPU chips and GPUs in MIG mode do not count.
+    None without GPU nodes."""
+    counts = {c for c in (n.capacity(None) for n in nodes) if c}
+    return max(counts) if counts else None
 
 
 def cluster_summary(path: Path, nodes: Sequence[Node]) -> str:

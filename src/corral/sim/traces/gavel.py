@@ -18,8 +18,8 @@ optimistic, perfect scaling), counted in the source text; ``missing=skip`` skips
 throughput of 0 (the job does not fit that GPU, e.g. ResNet-50 on a K80) skips the job.
 
 Options: ``throughputs=PATH`` (default ``simulation_throughputs.json`` next to the trace),
-``gpu=TYPE`` (a key of the table; default ``v100``), ``gpus_per_node=N`` (default 8),
-``missing=extrapolate|skip``.
+``gpu=TYPE`` (a key of the table; default ``v100``), ``gpus_per_node=N`` (default: the
+GPUs per node of ``corral sim --cluster``, else 8), ``missing=extrapolate|skip``.
 """
 
 from __future__ import annotations
@@ -75,7 +75,11 @@ _KEY = re.compile(r"^\('(.*)', (\d+)\)$")
 Throughputs = dict[tuple[str, int], float]
 
 
-def read(path: Path, options: Mapping[str, str], seed: int = 0) -> Workload:
+def read(
+    path: Path, options: Mapping[str, str], seed: int = 0, *, gpus_per_node: int = GPUS_PER_NODE
+) -> Workload:
+    """The workload of the trace at ``path``; ``gpus_per_node`` is the default of the
+    option of that name (the cluster's, when ``corral sim`` is given one)."""
     table_path = path_option(options, "throughputs", path, DEFAULT_THROUGHPUTS)
     if table_path is None:
         raise ValidationError(
@@ -85,7 +89,7 @@ def read(path: Path, options: Mapping[str, str], seed: int = 0) -> Workload:
     tables = read_throughputs(table_path)
     gpu = choice_option(NAME, options, "gpu", sorted(tables), DEFAULT_GPU)
     table = tables[gpu]
-    per_node = int_option(NAME, options, "gpus_per_node", GPUS_PER_NODE)
+    per_node = int_option(NAME, options, "gpus_per_node", gpus_per_node)
     missing = choice_option(NAME, options, "missing", ("extrapolate", "skip"), "extrapolate")
 
     maker = JobMaker(NAME, path)
@@ -117,6 +121,7 @@ def read(path: Path, options: Mapping[str, str], seed: int = 0) -> Workload:
             submit=arrival,
             duration=steps / throughput,
             shape=gang(scale, per_node),
+            command=f"{job_type}: {row.get('command')}".strip(": "),
         )
     extra = f"gpu={gpu}; throughputs {table_path.name}"
     return maker.workload(count, extra=extra)

@@ -13,8 +13,12 @@ they do not divide, each node gets the rounded-up share (3 GPUs on 2 nodes -> 2 
 counted in the source text. Without ``node_num`` (or 0), a job past ``gpus_per_node``
 GPUs is a gang of ``ceil(gpu_num / gpus_per_node)`` nodes.
 
+The ``jobname`` column, when present, is the job's command (what run-time predictions
+look at; the ``job_id`` names it).
+
 Options: ``queue=COLUMN`` (default ``vc``) or ``queue=none``; ``states=A,B`` keeps only
-jobs in these states (e.g. ``states=COMPLETED``); ``gpus_per_node=N`` (default 8).
+jobs in these states (e.g. ``states=COMPLETED``); ``gpus_per_node=N`` (default: the GPUs
+per node of ``corral sim --cluster``, else 8). A job's ``user`` is kept (``SimJob.user``).
 """
 
 from __future__ import annotations
@@ -44,7 +48,11 @@ OPTIONS = frozenset({"queue", "states", "gpus_per_node"})
 QUEUE = ("vc", "user")
 
 
-def read(path: Path, options: Mapping[str, str], seed: int = 0) -> Workload:
+def read(
+    path: Path, options: Mapping[str, str], seed: int = 0, *, gpus_per_node: int = GPUS_PER_NODE
+) -> Workload:
+    """The workload of the trace at ``path``; ``gpus_per_node`` is the default of the
+    option of that name (the cluster's, when ``corral sim`` is given one)."""
     header, rows = read_table(path, f"{NAME} trace")
     find_column(header, ("submit_time",), path)
     find_column(header, ("gpu_num",), path)
@@ -52,12 +60,14 @@ def read(path: Path, options: Mapping[str, str], seed: int = 0) -> Workload:
     if not timed:
         find_column(header, ("duration",), path)
     name_col = maybe_column(header, ("job_id", "jobname"))
+    jobname_col = maybe_column(header, ("jobname",))
     nodes_col = maybe_column(header, ("node_num",))
     cpus_col = maybe_column(header, ("cpu_num",))
+    user_col = maybe_column(header, ("user",))
     state_col = maybe_column(header, ("state", "status"))
     queue_col = queue_column(options, header, QUEUE, path)
     states = states_option(options)
-    per_node = int_option(NAME, options, "gpus_per_node", GPUS_PER_NODE)
+    per_node = int_option(NAME, options, "gpus_per_node", gpus_per_node)
 
     maker = JobMaker(NAME, path)
     count = 0
@@ -93,5 +103,7 @@ def read(path: Path, options: Mapping[str, str], seed: int = 0) -> Workload:
             queue=row.get(queue_col) or DEFAULT_QUEUE,
             shape=shape,
             cpus=cpus / shape.nodes if cpus is not None else None,
+            user=row.get(user_col),
+            command=row.get(jobname_col) or None,
         )
     return maker.workload(count)

@@ -20,7 +20,9 @@ Options:
 - ``arrival=shuffle``: the FGD paper's packing order (timestamps unused): pods sorted by
   name, shuffled with the seed, one submitted per second, none departing (each runs
   ``duration`` seconds, default 1e9, about 32 years). The default for a pod list
-  without time columns (such as ``openb_pod_list_multigpu30.csv``).
+  without time columns (such as ``openb_pod_list_multigpu30.csv``). Its times are made
+  up, so the workload is not ``timed``: ``corral sim`` says so and leaves JCT, wait and
+  makespan out; placement, GPU utilization and fragmentation are what it measures.
 - ``duration=SECONDS``: the run time of every pod with ``arrival=shuffle``.
 """
 
@@ -112,7 +114,15 @@ def read(path: Path, options: Mapping[str, str], seed: int = 0) -> Workload:
     extra = f"arrival={arrival}"
     if nodes is not None and nodes_path is not None:
         extra += f"; {cluster_summary(nodes_path, nodes)}"
-    return maker.workload(len(pods), "pods", nodes=nodes, extra=extra)
+    untimed = None
+    if arrival == "shuffle":
+        untimed = (
+            f"{path.name} is replayed without timestamps (arrival=shuffle): pods arrive one "
+            f"a second in a shuffled order and run {duration:,.0f} s each, so JCT, wait and "
+            "makespan are not meaningful and are left out; placement, GPU utilization and "
+            "fragmentation are"
+        )
+    return maker.workload(len(pods), "pods", nodes=nodes, extra=extra, untimed=untimed)
 
 
 def _times(pod: Row, maker: JobMaker) -> tuple[float, float] | None:

@@ -10,7 +10,7 @@ column names is allowed):
 Times are epoch seconds. A job submits at its ``start_time`` and runs ``end_time -
 start_time`` (``duration=tasks``: from its first task's start to its last task's end);
 jobs without those times, or without tasks, are skipped and counted. Its queue is its
-``user``.
+``user``, also kept as who submitted it (``SimJob.user``).
 
 A job's demand is the sum over its tasks of ``inst_num`` instances of ``plan_gpu``
 percent of a GPU (100 = one GPU, 50 = half), ``plan_cpu`` percent of a core and
@@ -26,7 +26,8 @@ The machine list (``machines=``) becomes the cluster: nodes named by ``machine``
 Options: ``tasks=PATH`` (default ``pai_task_table.csv`` next to the job table),
 ``machines=PATH`` (default ``pai_machine_spec.csv`` there, when present; ``none``: no
 cluster), ``queue=user|none``, ``states=A,B`` (job statuses to keep, e.g.
-``states=Terminated``), ``duration=job|tasks``, ``gpus_per_node=N`` (default 8).
+``states=Terminated``), ``duration=job|tasks``, ``gpus_per_node=N`` (default: the GPUs per
+node of ``corral sim --cluster``, else 8; a job table's own machine list does not set it).
 """
 
 from __future__ import annotations
@@ -91,7 +92,11 @@ class _Demand:
     last_end: float | None = None
 
 
-def read(path: Path, options: Mapping[str, str], seed: int = 0) -> Workload:
+def read(
+    path: Path, options: Mapping[str, str], seed: int = 0, *, gpus_per_node: int = GPUS_PER_NODE
+) -> Workload:
+    """The workload of the trace at ``path``; ``gpus_per_node`` is the default of the
+    option of that name (the cluster's, when ``corral sim`` is given one)."""
     tasks_path = path_option(options, "tasks", path, DEFAULT_TASKS)
     if tasks_path is None:
         raise ValidationError(
@@ -102,7 +107,7 @@ def read(path: Path, options: Mapping[str, str], seed: int = 0) -> Workload:
     queue = choice_option(NAME, options, "queue", ("user", NO_QUEUE), "user")
     source = choice_option(NAME, options, "duration", ("job", "tasks"), "job")
     states = states_option(options)
-    per_node = int_option(NAME, options, "gpus_per_node", GPUS_PER_NODE)
+    per_node = int_option(NAME, options, "gpus_per_node", gpus_per_node)
 
     demands, task_models = _read_tasks(tasks_path)
     nodes = read_machines(machines_path) if machines_path else None
@@ -147,6 +152,7 @@ def read(path: Path, options: Mapping[str, str], seed: int = 0) -> Workload:
             gpu_model=model,
             cpus=demand.cpus / shape.nodes,
             memory=demand.memory * GB / shape.nodes,
+            user=row.get("user"),
         )
     extra = f"tasks {tasks_path.name}"
     if nodes is not None and machines_path is not None:

@@ -10,15 +10,16 @@ Columns, in lower case (the first alias present wins; other columns are ignored)
 - GPUs: ``num_gpus``, ``num_gpu``, ``gpus``, ``gpu_num`` or ``gpu``: a whole number, or a
   fraction below one; 0 is a CPU-only job;
 - optional: the name (``job_id``, ``jobid``, ``name``, ``job_name`` or ``id``), the queue
-  (``vc``, ``virtual_cluster`` or ``user``) and CPUs (``num_cpus``, ``cpus`` or
-  ``cpu_num``, for the whole job).
+  (``vc``, ``virtual_cluster`` or ``user``), CPUs (``num_cpus``, ``cpus`` or ``cpu_num``,
+  for the whole job) and who submitted it (``user``).
 
 A job with more GPUs than a node has is a gang of ``ceil(gpus / gpus_per_node)`` nodes
 with the GPUs split evenly (16 -> 2 x 8, 12 -> 2 x 6); where they do not divide, each
 node gets the rounded-up share (9 -> 2 x 5), counted in the source text. Rows with an
 empty submit or run time are skipped and counted.
 
-Options: ``gpus_per_node=N`` (default 8); ``queue=COLUMN`` to take the queue from that
+Options: ``gpus_per_node=N`` (default: the GPUs per node of ``corral sim --cluster``,
+else 8); ``queue=COLUMN`` to take the queue from that
 column, or ``queue=none`` for one ``default`` queue.
 """
 
@@ -53,15 +54,20 @@ QUEUE = ("vc", "virtual_cluster", "user")
 CPUS = ("num_cpus", "cpus", "cpu_num")
 
 
-def read(path: Path, options: Mapping[str, str], seed: int = 0) -> Workload:
+def read(
+    path: Path, options: Mapping[str, str], seed: int = 0, *, gpus_per_node: int = GPUS_PER_NODE
+) -> Workload:
+    """The workload of the trace at ``path``; ``gpus_per_node`` is the default of the
+    option of that name (the cluster's, when ``corral sim`` is given one)."""
     header, rows = read_table(path, f"{NAME} trace")
     submit_col = find_column(header, SUBMIT, path)
     duration_col = find_column(header, DURATION, path)
     gpus_col = find_column(header, GPUS, path)
     name_col = maybe_column(header, JOB_NAME)
     cpus_col = maybe_column(header, CPUS)
+    user_col = maybe_column(header, ("user",))
     queue_col = queue_column(options, header, QUEUE, path)
-    per_node = int_option(NAME, options, "gpus_per_node", GPUS_PER_NODE)
+    per_node = int_option(NAME, options, "gpus_per_node", gpus_per_node)
 
     maker = JobMaker(NAME, path)
     count = 0
@@ -88,5 +94,6 @@ def read(path: Path, options: Mapping[str, str], seed: int = 0) -> Workload:
             queue=row.get(queue_col) or DEFAULT_QUEUE,
             shape=shape,
             cpus=cpus / shape.nodes if cpus is not None else None,
+            user=row.get(user_col),
         )
     return maker.workload(count)

@@ -2,7 +2,8 @@
 
 The formats are a fixed table (no run-time registration): each is a module with a
 ``read(path, options, seed)`` function and its ``OPTIONS``. Every format also takes
-``limit=N``: keep the first N jobs by submit time.
+``limit=N``: keep the first N jobs by submit time. A format with a ``gpus_per_node``
+option also takes ``gpus_per_node=`` as a keyword: its default for that option.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from corral.sim.traces.common import check_file, int_option
 from corral.sim.workload import Workload
 
 COMMON_OPTIONS = frozenset({"limit"})
+PER_NODE = "gpus_per_node"
 EXAMPLE = "philly:jobs.csv or openb:pods.csv?nodes=nodes.csv"
 
 
@@ -26,7 +28,7 @@ class TraceFormat:
     """A trace format: its name, its reader, the options it takes, what it reads."""
 
     name: str
-    read: Callable[[Path, Mapping[str, str], int], Workload]
+    read: Callable[..., Workload]  # (path, options, seed[, *, gpus_per_node])
     options: frozenset[str]
     summary: str
 
@@ -117,18 +119,28 @@ def parse_trace_spec(spec: str) -> TraceSpec:
     return TraceSpec(fmt, Path(location.strip()).expanduser(), MappingProxyType(options))
 
 
-def read_trace(spec: str, seed: int = 0) -> Workload:
+def read_trace(spec: str, seed: int = 0, *, gpus_per_node: int | None = None) -> Workload:
     """The workload of a trace, e.g. ``read_trace("philly:jobs.csv?limit=1000")``.
 
-    ``seed`` matters only where a format shuffles (openb ``arrival=shuffle``). Raises
-    ``ValidationError`` with a one-line reason (file, line, what was expected).
+    ``seed`` matters only where a format shuffles (openb ``arrival=shuffle``).
+    ``gpus_per_node`` (the cluster's, from ``cluster_gpus_per_node``) replaces the default
+    of the formats that cut jobs into gangs by GPUs per node; the trace's own option
+    ``gpus_per_node=N`` still wins. Raises ``ValidationError`` with a one-line reason
+    (file, line, what was expected).
     """
     parsed = parse_trace_spec(spec)
     fmt = parsed.format
     limit = int_option(fmt.name, parsed.options, "limit", 0)  # 0: no limit
     check_file(parsed.path, f"{fmt.name} trace")
     options = {k: v for k, v in parsed.options.items() if k not in COMMON_OPTIONS}
-    workload = fmt.read(parsed.path, options, seed)
+    from_cluster = gpus_per_node is not None and PER_NODE in fmt.options and PER_NODE not in options
+    if from_cluster:
+        workload = fmt.read(parsed.path, options, seed, gpus_per_node=gpus_per_node)
+        workload = replace(
+            workload, source=f"{workload.source}; {gpus_per_node} GPUs per node (the cluster's)"
+        )
+    else:
+        workload = fmt.read(parsed.path, options, seed)
     if limit and len(workload.jobs) > limit:
         workload = replace(
             workload,
