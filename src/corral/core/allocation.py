@@ -74,6 +74,7 @@ class Allocation:
     started_at: float | None = None  # when this attempt started (None: unknown)
     # the job's last reported checkpoint (None: never; inf: it saves when signalled)
     last_checkpoint: float | None = None
+    requeue: bool = True  # a preempted attempt goes back to pending (False: the job fails)
 
     @property
     def gpus(self) -> float:

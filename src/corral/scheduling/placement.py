@@ -58,6 +58,7 @@ def place_gang(
         note=_topology_note(job, [v.node for v in chosen]),
         queue=job.queue,
         started_at=now,
+        requeue=job.spec.requeue,
     )
 
 

@@ -81,11 +81,12 @@ def long_running(
     started: float = NOW - 7200,
     queue: str = "default",
     priority: int = 100,
+    requeue: bool = True,
 ) -> Allocation:
     built = allocation(9).whole_node("n0", 8).priority(priority).queue(queue).started(started)
     if checkpoint is not None:
         built = built.checkpoint(checkpoint)
-    return replace(built.build(), expected_end=ends)
+    return replace(built.build(), expected_end=ends, requeue=requeue)
 
 
 SHORT = predicted(job(1).gpus(8).priority(100), 600.0)  # 8 x 600 = 4,800 GPU-s
@@ -101,6 +102,7 @@ SHORT = predicted(job(1).gpus(8).priority(100), 600.0)  # 8 x 600 = 4,800 GPU-s
         pytest.param(long_running(NOW + 86400, queue="other"), False, id="other-queue"),
         pytest.param(long_running(NOW + 86400, priority=1000), False, id="higher-priority"),
         pytest.param(long_running(NOW - 10), True, id="overdue-counts-as-long-as-it-ran"),
+        pytest.param(long_running(NOW + 86400, requeue=False), False, id="would-fail-not-requeue"),
     ],
 )
 def test_jct_victim(alloc: Allocation, eligible: bool) -> None:

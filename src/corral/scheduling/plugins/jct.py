@@ -16,7 +16,8 @@ seconds; an unknown run time counts as a day) goes first, in submission order.
 
 **Preemption for JCT** (``policy.jct.preempt``, with ``policy.preemption``): a job may
 preempt a running job of its own queue and equal priority when that pays: the victim is
-preemptible, checkpoints (it has reported a checkpoint, so it resumes where it stopped),
+preemptible and requeued when preempted (not ``requeue: false``), checkpoints (it has
+reported a checkpoint, so it resumes where it stopped),
 has run at least ``min_run`` seconds since it last started, and has at least ``margin``
 times the job's expected size left. The preemption plugin finds the cheapest such set
 (``plugins/preemption.py``); :func:`jct_victim` is its test.
@@ -90,8 +91,8 @@ def jct_victim(
     job's expected size, if not its own."""
     if not alloc.preemptible or alloc.priority != job.priority or alloc.queue != job.queue:
         return False
-    if alloc.last_checkpoint is None or alloc.started_at is None:
-        return False
+    if alloc.last_checkpoint is None or alloc.started_at is None or not alloc.requeue:
+        return False  # it would lose its work, or fail (requeue: false)
     if now - alloc.started_at < policy.min_run:
         return False
     size = expected_size(job) if size is None else size

@@ -56,6 +56,7 @@ class PreemptionState:
                 started = alloc.started_at
                 if (
                     not alloc.preemptible
+                    or not alloc.requeue
                     or alloc.last_checkpoint is None
                     or started is None
                     or now - started < policy.min_run

@@ -183,6 +183,7 @@ def allocations_of(
                 queue=job.queue,
                 started_at=started,
                 last_checkpoint=job.last_checkpoint_at,
+                requeue=spec.requeue,
             )
         )
     return allocations
