@@ -8,7 +8,7 @@ job that does not fit gets a reservation (found by :func:`earliest_start` releas
 planned work one allocation at a time, as the cycle's EASY backfill finds it), kept until
 it starts, and the jobs behind it may start only where, or until when, they do not delay
 it. A job that fits at time ``t`` gets the estimate ``t`` and is assumed from then on,
-ending at ``t + expected_runtime`` (so its resources come back later in the walk), so the
+ending at ``t + expected_remaining`` (so its resources come back later in the walk), so the
 jobs after it see its planned use. With no arrivals and exact estimates it predicts the
 cycle's own starts (strict order exactly; with backfill the cycle may re-choose a
 reservation's nodes from cycle to cycle, so later backfills can differ slightly).
