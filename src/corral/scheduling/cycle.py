@@ -34,8 +34,10 @@ from corral.scheduling.fairshare import Capacity, UsageLedger, fair_order, queue
 from corral.scheduling.framework import (
     CycleContext,
     NodeRequest,
+    PostFilterResult,
     Profile,
     Reservation,
+    Reservations,
     Unresolvable,
     Unschedulable,
 )
@@ -97,10 +99,13 @@ def schedule(
     The recipe of the module docstring: order the jobs, run phases 1-5 for each until one
     blocks the rest, then estimate the starts of the jobs left waiting. ``estimate``: fill
     in every waiting job's estimated start from the forward plan (the control plane shows
-    them; the simulator, which runs a cycle per event, skips them).
+    them). Without it (the simulator, which runs a cycle per event, wants decisions only)
+    a post-filter may defer its result (``PostFilterResult.deferred``): the cycle resolves
+    it once a decision could depend on it, so placements and preemptions are the same,
+    and a reservation nothing needed is never searched for (its job's reason says so).
     """
     profile = profile or build_profile(config)
-    cycle = _Cycle(state, config, now, profile)
+    cycle = _Cycle(state, config, now, profile, defer=not estimate)
     order = _order(pending, state, config, profile, cycle.book, now)
     behind: str | None = None  # the reason of the jobs behind one that blocks them
     for position, job in enumerate(order, start=1):
@@ -110,6 +115,8 @@ def schedule(
             behind = f"waiting behind job {job.id} (ahead in priority order)"
     if estimate:
         _estimate(cycle, order)
+    else:
+        cycle.note_unresolved()
     return Decisions(tuple(cycle.placements), cycle.reasons, tuple(cycle.preemptions))
 
 
@@ -118,7 +125,12 @@ class _Cycle:
     placements assumed, reservations, victims, and each pending job's reason."""
 
     def __init__(
-        self, state: ClusterState, config: SchedulerConfig, now: float, profile: Profile
+        self,
+        state: ClusterState,
+        config: SchedulerConfig,
+        now: float,
+        profile: Profile,
+        defer: bool = False,
     ) -> None:
         self.state, self.config, self.now, self.profile = state, config, now, profile
         self.snapshot = state.snapshot or Snapshot.build(state.nodes, state.allocations)
@@ -148,6 +160,7 @@ class _Cycle:
         self.held_by_runtime: dict[float, tuple[tuple, dict[str, int]]] = {}
         self.owners: set[int] = set()  # jobs holding a reservation
         self.context: CycleContext | None = None  # None: to build again (see _context)
+        self.deferring = _Deferring(self) if defer else None
 
     def run(self, job: Job, position: int) -> bool:
         """Phases 1-5 for ``job``; True if it blocks the jobs behind it."""
@@ -162,8 +175,13 @@ class _Cycle:
                 return False
             if refusal is None and self.wait_for_freeing(job, request, outcome, position):
                 return False
-        reason, allow_others, estimate = self.post_filter(job, request, outcome.reason)
-        return self.record_pending(job, position, outcome, refusal, reason, allow_others, estimate)
+        reason, allow_others, estimate, deferred = self.post_filter(job, request, outcome.reason)
+        blocks = self.record_pending(
+            job, position, outcome, refusal, reason, allow_others, estimate
+        )
+        if deferred is not None and self.deferring is not None:
+            self.deferring.add(job.id, deferred)
+        return blocks
 
     # -- 1. admit --------------------------------------------------------------------
 
@@ -195,7 +213,17 @@ class _Cycle:
     def trial(self, job: Job, request: NodeRequest, shape: int | None) -> Outcome:
         """A trial placement (nothing assumed), off the nodes reserved for other jobs. A
         failure is remembered (in the memo, across cycles) by shape and reserved nodes
-        while the snapshot stays in that state; ``shape`` None: not remembered."""
+        while the snapshot stays in that state; ``shape`` None: not remembered. A job that
+        fits while a reservation is deferred has it resolved first, and is tried again off
+        its nodes (one that does not fit without it would not fit with it)."""
+        outcome = self._trial(job, request, shape)
+        deferring = self.deferring
+        if deferring is not None and deferring.waiting and isinstance(outcome, Allocation):
+            deferring.resolve()
+            outcome = self._trial(job, request, shape)
+        return outcome
+
+    def _trial(self, job: Job, request: NodeRequest, shape: int | None) -> Outcome:
         held_key, held = self.held_for(job)
         key = (shape, held_key)
         if shape is not None:
@@ -245,6 +273,8 @@ class _Cycle:
         again once these exit)."""
         if not self.freeing:
             return False
+        if self.deferring is not None:  # not while the trial below releases what is freeing
+            self.deferring.resolve()
         awaited, nodes = _awaited(job, request, self.snapshot, self.freeing, self.place)
         if not awaited:
             return False
@@ -260,32 +290,38 @@ class _Cycle:
 
     def post_filter(
         self, job: Job, request: NodeRequest, reason: str
-    ) -> tuple[str, bool, float | None]:
+    ) -> tuple[str, bool, float | None, Callable[[], PostFilterResult] | None]:
         """Phase 4: the post-filters (preemption, then backfill) for a job that cannot
-        start: ``(reason, allow_others, estimated start)``."""
+        start: ``(reason, allow_others, estimated start, deferred result)``; only the
+        last post-filter's result may stay deferred (the others' is resolved at once)."""
         allow_others, estimate = False, None
-        if not self.profile.post_filters:
-            return reason, allow_others, estimate
+        post_filters = self.profile.post_filters
+        if not post_filters:
+            return reason, allow_others, estimate, None
         context = self._context()
-        for plugin in self.profile.post_filters:
+        for plugin in post_filters:
             result = plugin.post_filter(job, request, context)
-            self.preemptions += [
-                (v, dict(result.explanations).get(v, f"preempted for job {job.id}"))
-                for v in result.preempt
-            ]
+            if result.deferred is not None:
+                if plugin is post_filters[-1] and self.deferring is not None:
+                    return reason, allow_others or result.allow_others, estimate, result.deferred
+                result = result.deferred()
             reason = f"{result.reason}; {reason}" if result.reason else reason
             allow_others = allow_others or result.allow_others
             if result.preempt:
+                why = dict(result.explanations)
+                self.preemptions += [
+                    (v, why.get(v, f"preempted for job {job.id}")) for v in result.preempt
+                ]
                 # the victims still hold their resources this cycle, so nothing else can
                 # take them; once they exit, this job (earlier in the order) claims them
                 self.preempting = self.preempting | set(result.preempt)
                 self.context = None
-                return reason, allow_others, self.now
+                return reason, allow_others, self.now, None
             if result.reservation is not None:
                 self.reserve(result.reservation)
                 start = result.reservation.start
-                return reason, allow_others, None if math.isinf(start) else start
-        return reason, allow_others, estimate
+                return reason, allow_others, None if math.isinf(start) else start, None
+        return reason, allow_others, estimate, None
 
     def reserve(self, reservation: Reservation) -> None:
         self.reservations.append(reservation)
@@ -297,17 +333,29 @@ class _Cycle:
         """What the post-filters see: built again after a placement, a reservation or a
         preemption."""
         if self.context is None:
+            deferring = self.deferring
             self.context = CycleContext(
                 self.snapshot,
                 self.state.allocations + tuple(self.placements),
-                tuple(self.reservations),
+                Reservations(
+                    self.reservations,
+                    deferring.resolved if deferring is not None and deferring.waiting else None,
+                ),
                 self.now,
                 self.place,
                 preempting=self.preempting,
                 quota=self.book,
                 memo=self.memo,
+                defer=deferring is not None,
             )
         return self.context
+
+    def note_unresolved(self) -> None:
+        """The reason of the first job whose deferred result nothing needed."""
+        job_id = self.deferring.first() if self.deferring is not None else None
+        if job_id is not None:
+            pend = self.reasons[job_id]
+            self.reasons[job_id] = replace(pend, reason=f"{_UNRESOLVED}; {pend.reason}")
 
     # -- 5. record -----------------------------------------------------------------------
 
@@ -337,6 +385,59 @@ class _Cycle:
 
 
 _NONE_HELD: dict[str, int] = {}
+_UNRESOLVED = "first to wait: backfill reserves for it once a job behind could take resources"
+
+
+class _Deferring:
+    """Post-filter results the cycle deferred (``PostFilterResult.deferred``: EASY
+    backfill's reservation), in order, resolved together once a decision could depend on
+    them: a job behind fits, a post-filter reads the reservations, a preempted job's exit
+    is awaited. Nothing is placed while one waits, so the snapshot is as it was when each
+    was deferred, and resolving gives what the cycle would have decided at once."""
+
+    def __init__(self, cycle: _Cycle) -> None:
+        self.cycle = cycle
+        self.waiting: list[tuple[int, Callable[[], PostFilterResult], int]] = []
+        self.resolving = False
+
+    def add(self, job_id: int, deferred: Callable[[], PostFilterResult]) -> None:
+        if not self.waiting:
+            self.cycle.context = None  # its reservations are now deferred
+        self.waiting.append((job_id, deferred, self.cycle.snapshot.state))
+
+    def first(self) -> int | None:
+        """The job whose deferred result comes first (None: nothing waits)."""
+        return self.waiting[0][0] if self.waiting else None
+
+    def resolved(self) -> tuple[Reservation, ...]:
+        """Resolve what waits; the cycle's reservations then."""
+        self.resolve()
+        return tuple(self.cycle.reservations)
+
+    def resolve(self) -> None:
+        if self.resolving or not self.waiting:
+            return
+        cycle, waiting = self.cycle, self.waiting
+        self.resolving, self.waiting = True, []
+        try:
+            for job_id, deferred, state in waiting:
+                if cycle.snapshot.state != state:
+                    raise RuntimeError("deferred post-filter result resolved on a changed snapshot")
+                result = deferred()
+                if result.preempt:
+                    raise ValueError("a deferred post-filter result may reserve, not preempt")
+                if result.reservation is None:
+                    continue
+                cycle.reserve(result.reservation)
+                start = result.reservation.start
+                pend = cycle.reasons[job_id]
+                why = f"{result.reason}; {pend.reason}" if result.reason else pend.reason
+                cycle.reasons[job_id] = replace(
+                    pend, reason=why, estimated_start=None if math.isinf(start) else start
+                )
+        finally:
+            self.resolving = False
+            cycle.context = None
 
 
 def _estimate(cycle: _Cycle, order: Sequence[Job]) -> None:
@@ -417,7 +518,7 @@ def _order(
     shared = config.policy.order in ("fair-share", "jct")
     if not shared or len({job.queue for job in pending}) < 2:  # one queue: nothing to share
         if within is not None:
-            order = sorted(pending, key=lambda job: (-job.priority, *within(job)))
+            order = sorted(pending, key=lambda job: (-job.priority, within(job)))
         else:
             order = sorted(pending, key=profile.queue_sort.sort_key)
     else:

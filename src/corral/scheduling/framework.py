@@ -16,7 +16,7 @@ Plugins are small classes with a ``name``; they do no I/O and read no clock.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -169,6 +169,51 @@ class PostFilterResult:
     # (victim job id, why it is preempted) for the victims' events; a victim without one
     # gets "preempted for job N"
     explanations: tuple[tuple[int, str], ...] = ()
+    # the result to give, computed only once a decision needs it (``CycleContext.defer``):
+    # a reservation no job behind has competed for yet. It may reserve, not preempt.
+    deferred: Callable[[], PostFilterResult] | None = None
+
+
+class Reservations(Sequence[Reservation]):
+    """The reservations made so far this cycle (``CycleContext.reservations``). When a
+    post-filter deferred one (``PostFilterResult.deferred``), reading the sequence first
+    has the cycle resolve it; ``deferred`` says whether one waits, without resolving it."""
+
+    def __init__(
+        self,
+        made: Sequence[Reservation] = (),
+        resolve: Callable[[], Sequence[Reservation]] | None = None,
+    ) -> None:
+        self._made = tuple(made)
+        self._resolve = resolve  # None: nothing deferred
+
+    @property
+    def deferred(self) -> bool:
+        return self._resolve is not None
+
+    def _all(self) -> tuple[Reservation, ...]:
+        if self._resolve is not None:
+            resolve, self._resolve = self._resolve, None
+            self._made = tuple(resolve())
+        return self._made
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+    def __getitem__(self, index):  # type: ignore[no-untyped-def,override]
+        return self._all()[index]
+
+    def __iter__(self) -> Iterator[Reservation]:
+        return iter(self._all())
+
+    def __eq__(self, other: object) -> bool:
+        return tuple(self) == tuple(other) if isinstance(other, Sequence) else NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._all())
+
+    def __repr__(self) -> str:
+        return f"Reservations({list(self._made)}{', deferred' if self.deferred else ''})"
 
 
 @dataclass(frozen=True)
@@ -176,16 +221,22 @@ class CycleContext:
     """What a post-filter may look at: the cycle's working state, and a trial placement
     (``place``) that assumes nothing. Changes to ``snapshot`` must be undone. ``memo`` is
     where a plugin keeps what it shares across the cycle (``memo.cycle``) or across cycles
-    (None: nothing is kept between calls)."""
+    (None: nothing is kept between calls). ``defer``: the cycle takes deferred results
+    (``PostFilterResult.deferred``; its caller wants decisions, not every reason)."""
 
     snapshot: Snapshot
     allocations: tuple[Allocation, ...]  # running work, with expected ends
-    reservations: tuple[Reservation, ...]
+    reservations: Reservations  # (a tuple is taken too)
     now: float
     place: Callable[[Job, NodeRequest], Allocation | Unschedulable | Unresolvable]
     preempting: frozenset[int] = frozenset()  # jobs already being preempted (not victims again)
     quota: QuotaBook | None = None  # this cycle's quota accounting (None: no quotas)
     memo: SchedulingMemo | None = None  # the cycle's memo (scheduling.memo)
+    defer: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.reservations, Reservations):
+            object.__setattr__(self, "reservations", Reservations(self.reservations))
 
 
 @runtime_checkable

@@ -113,6 +113,8 @@ class CycleMemo:
     """What post-filter plugins share within one cycle (``CycleContext.memo.cycle``)."""
 
     preemption: PreemptionState | None = None  # the preemption plugin's victim index
+    # EASY backfill's deferred searches: job shape -> (the snapshot state, the request)
+    deferred_shapes: dict[tuple, tuple[int, NodeRequest]] = field(default_factory=dict)
 
 
 @dataclass(eq=False)

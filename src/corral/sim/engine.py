@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from enum import IntEnum
 
 from corral.core.allocation import Allocation
-from corral.core.job import Job, JobState
+from corral.core.job import Job, JobSpec, JobState
 from corral.core.node import Node, NodeState
 from corral.errors import ValidationError
 from corral.scheduling.config import QueueConfig, SchedulerConfig
@@ -104,6 +104,8 @@ class Simulator:
         self._snapshot = Snapshot(self._nodes.values())
         self._memo = SchedulingMemo()  # the scheduler's caches, kept with the snapshot
         self._held: tuple[Allocation, ...] | None = None  # what running jobs hold (None: to do)
+        self._holding: dict[int, Allocation] = {}  # what each running job holds, by job id
+        self._preempting: set[int] = set()  # running jobs signalled to stop
         self._checkpoints = any(j.checkpoint_interval for j in self.workload.jobs)
         # GPU metrics count GPUs: TPU chips (TPU hosts) are neither capacity nor fragments
         self._capacity = float(sum(len(n.devices) - n.tpu_chips for n in self.nodes))
@@ -124,6 +126,8 @@ class Simulator:
         start = min((j.submit_time for j in self.workload.jobs), default=0.0)
         self._ledger = UsageLedger.start(start, self.config.policy.fair_share_half_life)
         self._predictor = RuntimePredictor()  # run times learned from completions
+        # spec -> (why it can never run, else None; its priority; preemptible)
+        self._admissions: dict[JobSpec, tuple[str | None, int, bool]] = {}
 
     # -- driving -------------------------------------------------------------------
 
@@ -194,11 +198,19 @@ class Simulator:
 
     def _arrive(self, job: SimJob, job_id: int, now: float) -> bool:
         spec = with_tpu_hosts(job.spec, self._shapes)  # a TPU slice: its host count
-        try:
-            priority, preemptible = self.config.resolve_priority(spec.priority, spec.preemptible)
-            refused = never_fits(spec, self._shapes, self.config)
-        except ValidationError as exc:
-            refused, priority, preemptible = exc.message, 0, True
+        admitted = self._admissions.get(spec)  # (jobs often share a spec: asked once each)
+        if admitted is None:
+            try:
+                priority, preemptible = self.config.resolve_priority(
+                    spec.priority, spec.preemptible
+                )
+                refused = never_fits(spec, self._shapes, self.config)
+            except ValidationError as exc:
+                refused, priority, preemptible = exc.message, 0, True
+            if len(self._admissions) >= 4096:
+                self._admissions.clear()
+            admitted = self._admissions[spec] = (refused, priority, preemptible)
+        refused, priority, preemptible = admitted
         core = Job(
             job_id,
             spec,
@@ -226,6 +238,7 @@ class Simulator:
         if run.job.saves_on_preemption:  # it can resume from any moment: nothing is lost
             alloc = replace(alloc, last_checkpoint=SAVES_WHEN_SIGNALLED)
         run.allocation, run.started = alloc, now
+        self._holding[run.core.id] = alloc
         self._held = None
         run.first_start = now if run.first_start is None else run.first_start
         run.placement = tuple(TaskPlace(t.node, t.gpus) for t in alloc.tasks)
@@ -257,6 +270,8 @@ class Simulator:
         the work since the last checkpoint is lost, unless ``saved`` (it saved when
         signalled)."""
         del self._running[run.core.id]
+        self._holding.pop(run.core.id, None)
+        self._preempting.discard(run.core.id)
         self._held = None
         self._allocated -= run.gpus
         if run.allocation is not None:
@@ -306,8 +321,7 @@ class Simulator:
         (a job that saves when signalled can always resume from now)."""
         if now is None or not self._checkpoints:  # the same until a job starts or stops
             if self._held is None:
-                running = self._running.values()
-                self._held = tuple(r.allocation for r in running if r.allocation is not None)
+                self._held = tuple(self._holding.values())
             return self._held
         held = []
         for run in self._running.values():
@@ -345,9 +359,7 @@ class Simulator:
                 allocations=self._allocations(now if self.config.policy.preemption else None),
                 snapshot=self._snapshot,
                 memo=self._memo,
-                preempting=frozenset(
-                    r.core.id for r in self._running.values() if r.preempted_by is not None
-                ),
+                preempting=frozenset(self._preempting),
                 usage=self._ledger,
             )
             pending = [r.core for r in self._pending.values()]
@@ -361,6 +373,7 @@ class Simulator:
             if run is not None and run.preempted_by is None:
                 # SIGTERM now; it holds its resources until the grace period is over
                 run.preempted_by = why
+                self._preempting.add(job_id)
                 run.core = replace(run.core, state=JobState.PREEMPTING)
                 grace = run.job.spec.grace_period
                 self._push(now + grace, _Kind.PREEMPTED, (run.core.id, run.core.attempt))

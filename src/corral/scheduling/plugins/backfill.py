@@ -12,7 +12,10 @@ The search is kept cheap without changing its answer: a trial placement is skipp
 too few ready nodes have the free whole GPUs the job needs (``snapshot.FreeWholeGpus``),
 and the answer is kept in the caller's memo (``SchedulingMemo.reservation``) and given
 again while the snapshot stays in the same state, for the same job, request and running
-work (the next cycle, when only a job arrived, say).
+work (the next cycle, when only a job arrived, say). A caller that wants decisions only
+(``CycleContext.defer``: the simulator) gets the reservation deferred: the cycle searches
+for it only once a job behind could take resources (or a preemption search needs to
+know the reserved nodes), which in a busy cluster is seldom, and decides alike.
 """
 
 from __future__ import annotations
@@ -120,7 +123,30 @@ class EasyBackfill:
     name = "easy-backfill"
 
     def post_filter(self, job: Job, request: NodeRequest, ctx: CycleContext) -> PostFilterResult:
-        if ctx.reservations:  # EASY: one reservation, for the first blocked job
+        reservations = ctx.reservations
+        if not reservations.deferred and reservations:  # EASY: one, for the first blocked job
+            return _PASS
+        if ctx.defer:  # searched only once a decision needs it (the cycle resolves it)
+            if ctx.memo is not None:
+                # one of its shape deferred in this very state answers first and alike: a
+                # reservation (so this one's would be refused), or none (nor this one).
+                # (Keyed by the request's identity: the cycle's are interned, one object
+                # per value; the entry keeps the object, so its id is not reused.)
+                deferred, state = ctx.memo.cycle.deferred_shapes, ctx.snapshot.state
+                shape = (id(request), job.spec.nodes, job.spec.tpu)
+                found = deferred.get(shape)
+                if found is not None and found[0] == state and found[1] is request:
+                    return _PASS
+                deferred[shape] = (state, request)
+            return self._deferred(job, request, ctx)
+        return self._reserve(job, request, ctx)
+
+    def _deferred(self, job: Job, request: NodeRequest, ctx: CycleContext) -> PostFilterResult:
+        later = lambda: self._reserve(job, request, ctx)  # noqa: E731
+        return PostFilterResult(allow_others=True, deferred=later)
+
+    def _reserve(self, job: Job, request: NodeRequest, ctx: CycleContext) -> PostFilterResult:
+        if ctx.reservations:
             return _PASS
         found = reserve(job, request, ctx)
         if found is None:

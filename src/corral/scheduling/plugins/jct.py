@@ -35,6 +35,7 @@ from corral.core.job import Job
 from corral.scheduling.config import JctPolicy
 
 DAY = 86400.0
+MAX_KEYS = 100_000  # jobs whose order key is kept (then it starts over)
 CPU_ONLY_GPUS = 0.1  # a job without GPUs is sized as if it held this much of one
 
 
@@ -55,10 +56,14 @@ def remaining_size(alloc: Allocation, now: float) -> float:
 
 def starving(job: Job, now: float, policy: JctPolicy) -> bool:
     """Pending longer than ``starvation`` times its expected remaining run time."""
+    return now - job.submitted_at - job.ran >= patience(job, policy)
+
+
+def patience(job: Job, policy: JctPolicy) -> float:
+    """How long ``job`` may wait (less the time it ran) before it is starving."""
     remaining = job.expected_remaining
-    waited = now - job.submitted_at - job.ran
     limit = policy.starvation * (DAY if math.isinf(remaining) else min(remaining, DAY))
-    return waited >= max(policy.starvation_floor, limit)
+    return max(policy.starvation_floor, limit)
 
 
 class ShortestExpectedFirst:
@@ -68,14 +73,37 @@ class ShortestExpectedFirst:
 
     def __init__(self, policy: JctPolicy | None = None) -> None:
         self.policy = policy or JctPolicy()
+        # job id -> (the job object, its key, its key when starving): asked every cycle
+        self._keys: dict[int, tuple[Job, tuple, tuple]] = {}
 
     def sort_key(self, job: Job) -> tuple:
         return (-job.priority, *self._within(job, starved=False))
 
     def key_at(self, now: float) -> Callable[[Job], tuple]:
         """The order's key at ``now`` within a priority (fair share goes between)."""
-        policy = self.policy
-        return lambda job: self._within(job, starving(job, now, policy))
+        keys = self._keys
+        if len(keys) > MAX_KEYS:
+            keys.clear()
+
+        def key(job: Job) -> tuple:
+            found = keys.get(job.id)
+            if found is None or found[0] is not job:
+                found = keys[job.id] = self._keys_of(job)
+            _, normal, starved, submitted, ran, patience = found
+            return starved if now - submitted - ran >= patience else normal
+
+        return key
+
+    def _keys_of(self, job: Job) -> tuple[Job, tuple, tuple, float, float, float]:
+        """The job, its key, its key when starving, and what ``starving`` compares."""
+        return (
+            job,
+            self._within(job, False),
+            self._within(job, True),
+            job.submitted_at,
+            job.ran,
+            patience(job, self.policy),
+        )
 
     @staticmethod
     def _within(job: Job, starved: bool) -> tuple:

@@ -87,6 +87,7 @@ from corral.scheduling.snapshot import NodeView
 L = TopologyLevel
 LEVEL_DEPTH = {L.LEAF: 3, L.SPINE: 2, L.ZONE: 1, L.ANY: 0}
 LEVELS = (L.LEAF, L.SPINE, L.ZONE, L.ANY)  # tight to loose
+_NO_PLAN = PostFilterResult()  # (the usual answer: one object, not one per pending job)
 
 
 @dataclass(frozen=True)
@@ -154,24 +155,27 @@ def find_victims(
     cycle = cycle_state(ctx)
     if cycle.searches >= limits.max_searches:
         return None
-    jct = jct if jct is not None and jct.preempt and _sized(job) else None
-    if jct is not None:
-        largest, _ = cycle.jct_candidates(job.queue, job.priority, jct)
-        if largest < jct.margin * 2.0 ** _tier(job):
-            jct = None  # no running job of its queue has margin times its work left
+    if jct is not None and jct.preempt:
+        size = expected_size(job)
+        if math.isinf(size):
+            jct = None  # unsized: nothing to compare
+        else:
+            largest = cycle.jct_largest(job.queue, job.priority, jct)
+            if largest < jct.margin * 2.0 ** _tier(job, size):
+                jct = None  # no running job of its queue has margin times its work left
+    else:
+        jct = None
     if cycle.nothing_below(job.priority) and ctx.quota is None and jct is None:
         return None  # nothing of lower priority runs, and no quota to reclaim
     return _Search(job, request, ctx, filters, limits, cycle, jct).run()
 
 
-def _sized(job: Job) -> bool:
-    return not math.isinf(expected_size(job))
-
-
-def _tier(job: Job) -> int:
-    """The job's expected size rounded up to a power of two (its exponent): jobs of one
-    tier share the memoized victim sets of preemption for completion time."""
-    return math.ceil(math.log2(max(expected_size(job), 1.0)))
+def _tier(job: Job, size: float | None = None) -> int:
+    """The job's expected size (``size``, if known) rounded up to a power of two (its
+    exponent): jobs of one tier share the memoized victim sets of preemption for
+    completion time."""
+    size = expected_size(job) if size is None else size
+    return math.ceil(math.log2(max(size, 1.0)))
 
 
 class _Search:
@@ -512,7 +516,7 @@ class Preemption:
     def post_filter(self, job: Job, request: NodeRequest, ctx: CycleContext) -> PostFilterResult:
         plan = find_victims(job, request, ctx, self.filters, self.limits, jct=self.jct)
         if plan is None:
-            return PostFilterResult()
+            return _NO_PLAN
         return PostFilterResult(
             preempt=plan.job_ids,
             reason=describe(plan),
