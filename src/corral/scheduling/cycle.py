@@ -42,7 +42,7 @@ from corral.scheduling.framework import (
     Unschedulable,
 )
 from corral.scheduling.memo import SchedulingMemo
-from corral.scheduling.placement import place_gang
+from corral.scheduling.placement import place_clear_of
 from corral.scheduling.plan import AfterCycle, estimate_starts
 from corral.scheduling.quota import QuotaBook, has_quotas
 from corral.scheduling.registry import build_profile
@@ -156,8 +156,8 @@ class _Cycle:
         )
         # reserved nodes by the reservations that apply, and by expected run time (see
         # held_for; jobs holding a reservation are not in the latter)
-        self.held: dict[tuple, dict[str, int]] = {}
-        self.held_by_runtime: dict[float, tuple[tuple, dict[str, int]]] = {}
+        self.held: dict[tuple, _Held] = {}
+        self.held_by_runtime: dict[float, tuple[tuple, _Held]] = {}
         self.owners: set[int] = set()  # jobs holding a reservation
         self.context: CycleContext | None = None  # None: to build again (see _context)
         self.deferring = _Deferring(self) if defer else None
@@ -224,24 +224,25 @@ class _Cycle:
         return outcome
 
     def _trial(self, job: Job, request: NodeRequest, shape: int | None) -> Outcome:
-        held_key, held = self.held_for(job)
+        held_key, (held, holds) = self.held_for(job)
         key = (shape, held_key)
         if shape is not None:
             seen = self.trials.failure(key, self.snapshot)
             if seen is not None:
                 return seen
-        outcome = place_gang(
-            job, request, self.snapshot, self.profile, self.evaluator, held, self.now
+        outcome = place_clear_of(
+            job, request, self.snapshot, self.profile, self.evaluator, held, holds, self.now
         )
         if shape is not None and not isinstance(outcome, Allocation):
             self.trials.remember(key, self.snapshot, outcome)
         return outcome
 
-    def held_for(self, job: Job) -> tuple[tuple, Mapping[str, int]]:
-        """The nodes reserved for other jobs that ``job`` may not use, mapped to the job
-        each is held for, and a key naming them (the reservations that apply, as values):
-        reserved nodes are usable only by their own job and by jobs known to end before
-        the reservation starts."""
+    def held_for(self, job: Job) -> tuple[tuple, _Held]:
+        """What is reserved for other jobs that ``job`` must leave, and a key naming it
+        (the reservations that apply, as values): the nodes it may not use, mapped to the
+        job each is held for, and the planned placements (``Reservation.hold``) whose
+        devices, CPUs and memory it must leave on nodes it may share. Reservations apply
+        to all but their own job and jobs known to end before they start."""
         if not self.reservations:
             return (), _NONE_HELD
         runtime = job.expected_remaining
@@ -250,13 +251,16 @@ class _Cycle:
         if found is None:
             ends = self.now + runtime
             applying = tuple(
-                (r.job_id, r.nodes)
+                (r.job_id, r.nodes, r.hold)
                 for r in self.reservations
                 if r.job_id != job.id and (ends > r.start or math.isinf(ends))
             )
             held = self.held.get(applying)
             if held is None:
-                held = self.held[applying] = {n: j for j, nodes in applying for n in nodes}
+                held = self.held[applying] = (
+                    {n: j for j, nodes, hold in applying if hold is None for n in nodes},
+                    tuple(hold for *_, hold in applying if hold is not None),
+                )
             found = (applying, held)
             if not owner:
                 self.held_by_runtime[runtime] = found
@@ -384,7 +388,8 @@ class _Cycle:
         return not (allow_others or refusal is not None or unresolvable)
 
 
-_NONE_HELD: dict[str, int] = {}
+_Held = tuple[Mapping[str, int], tuple[Allocation, ...]]  # (whole nodes held, holds)
+_NONE_HELD: _Held = ({}, ())
 _UNRESOLVED = "first to wait: backfill reserves for it once a job behind could take resources"
 
 

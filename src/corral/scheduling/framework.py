@@ -150,12 +150,16 @@ class DeviceSelect(Protocol):
 
 @dataclass(frozen=True)
 class Reservation:
-    """Nodes held for a job expected to start at ``start`` (math.inf: unknown). Jobs
-    placed after it this cycle may use them only if they are expected to end by then."""
+    """Resources held for a job expected to start at ``start`` (math.inf: unknown): jobs
+    placed after it this cycle that are expected to run past then must leave them. With
+    ``hold`` (the job's planned placement: its devices, MIG instances, CPUs and memory on
+    ``nodes``) they must leave only those, and may use the rest of the nodes; without it,
+    the whole nodes."""
 
     job_id: int
     nodes: frozenset[str]
     start: float
+    hold: Allocation | None = None
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ ready nodes could not host it even if they were empty). The cycle, the forward p
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from corral.core.allocation import Allocation, TaskAllocation
 from corral.core.job import Job, TopologyLevel
@@ -60,6 +60,41 @@ def place_gang(
         started_at=now,
         requeue=job.spec.requeue,
     )
+
+
+def place_clear_of(
+    job: Job,
+    request: NodeRequest,
+    snapshot: Snapshot,
+    profile: Profile,
+    evaluator: NodeEvaluator | None = None,
+    reserved: Mapping[str, int] | None = None,
+    holds: Sequence[Allocation] = (),
+    now: float = 0.0,
+) -> Allocation | Unschedulable | Unresolvable:
+    """:func:`place_gang` leaving ``holds`` alone: what reservations will take (their
+    planned devices, MIG instances, CPUs and memory) is taken for the trial, so the job
+    may share a reserved node but never what is reserved on it (devices busy now and held
+    as well count twice: still busy). A job that would fit but for them is told which
+    jobs they are reserved for. Nothing is left assumed."""
+    if not holds:
+        return place_gang(job, request, snapshot, profile, evaluator, reserved, now)
+    undo = [snapshot.assume(hold) for hold in holds]
+    try:
+        outcome = place_gang(job, request, snapshot, profile, evaluator, reserved, now)
+    finally:
+        for step in reversed(undo):
+            step()
+    if not isinstance(outcome, Unschedulable):
+        return outcome
+    if not isinstance(
+        place_gang(job, request, snapshot, profile, evaluator, reserved, now), Allocation
+    ):
+        return outcome
+    held = "; ".join(
+        f"{', '.join(sorted(hold.nodes))} reserved for job {hold.job_id}" for hold in holds
+    )
+    return Unschedulable(f"{outcome.reason} (what it fits on now is held: {held})")
 
 
 def _topology_note(job: Job, nodes: list[Node]) -> str:

@@ -56,7 +56,7 @@ from corral.scheduling.framework import (
     Unresolvable,
     Unschedulable,
 )
-from corral.scheduling.placement import place_gang
+from corral.scheduling.placement import place_clear_of, place_gang
 from corral.scheduling.snapshot import NodeView, Snapshot
 
 MAX_JOBS = 100  # blocked jobs planned, the first in scheduling order
@@ -197,9 +197,9 @@ def wait_of(
     finally:
         walk.restore()
     start, first = starts.get(job.id), walk.first_reservation
-    if first is None or start == now or not first.held_from(job, now + job.expected_remaining):
+    if first is None or start == now or not first.applies(job, now + job.expected_remaining):
         return Wait(start, None)
-    return Wait(start, Reservation(first.job_id, first.nodes, first.start))
+    return Wait(start, Reservation(first.job_id, first.nodes, first.start, first.hold))
 
 
 @dataclass(frozen=True)
@@ -207,12 +207,11 @@ class _Reservation:
     job_id: int
     nodes: frozenset[str]
     start: float
+    hold: Allocation | None = None  # what it will take on its nodes (None: the nodes)
 
-    def held_from(self, job: Job, ends: float) -> dict[str, int]:
-        """The nodes ``job`` may not use (it would still run when the reservation starts)."""
-        if job.id == self.job_id or not (ends > self.start or math.isinf(ends)):
-            return {}
-        return dict.fromkeys(self.nodes, self.job_id)
+    def applies(self, job: Job, ends: float) -> bool:
+        """Whether ``job`` must leave it (it would still run when the reservation starts)."""
+        return job.id != self.job_id and (ends > self.start or math.isinf(ends))
 
 
 _NEVER = _Reservation(-1, frozenset(), math.inf)  # the look-ahead found no fit at all
@@ -408,16 +407,25 @@ class _Walk:
                 still.append(item)  # strict order: behind a job that waits
                 continue
             job, request = item.job, item.request
-            held = reservation.held_from(job, at + job.expected_remaining) if reservation else {}
-            shape = (item.shape, bool(held))
+            applies = reservation is not None and reservation.applies(
+                job, at + job.expected_remaining
+            )
+            held: dict[str, int] = {}
+            holds: tuple[Allocation, ...] = ()
+            if applies and reservation is not None:
+                if reservation.hold is not None:
+                    holds = (reservation.hold,)
+                else:
+                    held = dict.fromkeys(reservation.nodes, reservation.job_id)
+            shape = (item.shape, applies)
             outcome: Outcome | None = None
             early = (
                 reservation is not None and reservation.job_id == job.id and at < reservation.start
             )
             if not item.tried or (not early and shape not in failed and self.may_fit(job, request)):
                 item.tried = True
-                outcome = place_gang(
-                    job, request, self.snapshot, self.profile, self.evaluator, held, at
+                outcome = place_clear_of(
+                    job, request, self.snapshot, self.profile, self.evaluator, held, holds, at
                 )
             if isinstance(outcome, Allocation):
                 starts[job.id] = at
@@ -463,4 +471,4 @@ class _Walk:
         )
         if found is None:
             return _NEVER if exhausted else None
-        return _Reservation(job.id, frozenset(found[1].nodes), found[0])
+        return _Reservation(job.id, frozenset(found[1].nodes), found[0], found[1])

@@ -3,10 +3,12 @@
 The first job in priority order that cannot start gets a reservation: the earliest time
 enough resources free up for it, found by letting the running jobs end in order of their
 expected ends (start + ``runtime_estimate``, else ``time_limit``) until a trial placement
-succeeds, and the nodes that placement used. Jobs behind it may then start now, but a job
-expected to run past the reserved start may not use the reserved nodes, so backfilling
-never delays the first blocked job. Jobs without estimates are expected to run forever:
-they can backfill only outside the reservation.
+succeeds, and what that placement takes (``Reservation.hold``: its devices, MIG instances,
+CPUs and memory on its nodes). Jobs behind it may then start now, but a job expected to
+run past the reserved start must leave what is held (it may use the rest of a reserved
+node: another MIG profile, the other GPUs), so backfilling never delays the first blocked
+job. Jobs without estimates are expected to run forever: they backfill only around what
+is held.
 
 The search is kept cheap without changing its answer: a trial placement is skipped while
 too few ready nodes have the free whole GPUs the job needs (``snapshot.FreeWholeGpus``),
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from operator import attrgetter
 
 from corral.core.allocation import Allocation
@@ -55,7 +57,8 @@ class KeptReservation:
     job: Job
     request: NodeRequest
     allocations: tuple[Allocation, ...]  # ctx.allocations: what it releases, in this order
-    found: tuple[float, frozenset[str]] | None  # (expected end it starts after, nodes)
+    # (expected end it starts after, nodes, the planned placement: of a job of its shape)
+    found: tuple[float, frozenset[str], Allocation] | None
 
     def answers(self, job: Job, request: NodeRequest, ctx: CycleContext) -> bool:
         kept = self.job
@@ -82,13 +85,15 @@ def reserve(job: Job, request: NodeRequest, ctx: CycleContext) -> Reservation | 
             memo.reservation = kept
     if kept.found is None:
         return None
-    end, nodes = kept.found
-    return Reservation(job.id, nodes, max(ctx.now, end))
+    end, nodes, hold = kept.found
+    if hold.job_id != job.id:  # found for another job of its shape
+        hold = replace(hold, job_id=job.id)
+    return Reservation(job.id, nodes, max(ctx.now, end), hold)
 
 
 def _search(
     job: Job, request: NodeRequest, ctx: CycleContext
-) -> tuple[float, frozenset[str]] | None:
+) -> tuple[float, frozenset[str], Allocation] | None:
     # by expected end, then job id (sorted by the second key, then stably by the first:
     # much faster than comparing pairs)
     running = sorted(sorted(ctx.allocations, key=_JOB_ID), key=_EXPECTED_END)
@@ -102,7 +107,7 @@ def _search(
     found = earliest_start(
         lambda: ctx.place(job, request), steps(), ctx.snapshot.release, _may_fit(job, request, ctx)
     )
-    return None if found is None else (last_end[0], frozenset(found[1].nodes))
+    return None if found is None else (last_end[0], frozenset(found[1].nodes), found[1])
 
 
 def _may_fit(job: Job, request: NodeRequest, ctx: CycleContext) -> Callable[[], bool] | None:
