@@ -42,7 +42,7 @@ from corral.scheduling.framework import (
     Unschedulable,
 )
 from corral.scheduling.memo import SchedulingMemo
-from corral.scheduling.placement import place_clear_of
+from corral.scheduling.placement import place_gang
 from corral.scheduling.plan import AfterCycle, estimate_starts
 from corral.scheduling.quota import QuotaBook, has_quotas
 from corral.scheduling.registry import build_profile
@@ -231,8 +231,8 @@ class _Cycle:
             seen = self.trials.failure(key, self.snapshot)
             if seen is not None:
                 return seen
-        outcome = place_clear_of(
-            job, request, self.snapshot, self.profile, self.evaluator, held, holds, self.now
+        outcome = place_gang(
+            job, request, self.snapshot, self.profile, self.evaluator, held, self.now, holds=holds
         )
         if shape is not None and not isinstance(outcome, Allocation):
             self.trials.remember(key, self.snapshot, outcome)

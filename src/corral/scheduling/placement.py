@@ -30,14 +30,47 @@ def place_gang(
     evaluator: NodeEvaluator | None = None,
     reserved: Mapping[str, int] | None = None,
     now: float = 0.0,
+    *,
+    holds: Sequence[Allocation] = (),
 ) -> Allocation | Unschedulable | Unresolvable:
     """All tasks of ``job`` on nodes of ``snapshot``, or why not (nothing is assumed).
 
     ``evaluator`` carries filter and score results from job to job over ``snapshot``
     (default: a new one, for this placement only); ``reserved`` maps nodes the job may not
-    use to the job they are held for.
+    use to the job they are held for. ``holds``: what reservations will take (their
+    planned devices, MIG instances, CPUs and memory; ``Reservation.hold``) is taken for
+    the trial, so the job may share a reserved node but never what is reserved on it
+    (devices busy now and held as well count twice: still busy); a job that would fit but
+    for them is told which jobs they are reserved for.
     """
     evaluator = evaluator or NodeEvaluator(profile)
+    if not holds:
+        return _place(job, request, snapshot, profile, evaluator, reserved, now)
+    undo = [snapshot.assume(hold) for hold in holds]
+    try:
+        outcome = _place(job, request, snapshot, profile, evaluator, reserved, now)
+    finally:
+        for step in reversed(undo):
+            step()
+    if not isinstance(outcome, Unschedulable) or not isinstance(
+        _place(job, request, snapshot, profile, evaluator, reserved, now), Allocation
+    ):
+        return outcome
+    held = "; ".join(
+        f"{', '.join(sorted(hold.nodes))} reserved for job {hold.job_id}" for hold in holds
+    )
+    return Unschedulable(f"{outcome.reason} (what it fits on now is held: {held})")
+
+
+def _place(
+    job: Job,
+    request: NodeRequest,
+    snapshot: Snapshot,
+    profile: Profile,
+    evaluator: NodeEvaluator,
+    reserved: Mapping[str, int] | None,
+    now: float,
+) -> Allocation | Unschedulable | Unresolvable:
     candidates = evaluator.evaluate(request, snapshot, reserved)
     chosen = profile.node_set.select(job, request, candidates)
     if not isinstance(chosen, list):
@@ -60,41 +93,6 @@ def place_gang(
         started_at=now,
         requeue=job.spec.requeue,
     )
-
-
-def place_clear_of(
-    job: Job,
-    request: NodeRequest,
-    snapshot: Snapshot,
-    profile: Profile,
-    evaluator: NodeEvaluator | None = None,
-    reserved: Mapping[str, int] | None = None,
-    holds: Sequence[Allocation] = (),
-    now: float = 0.0,
-) -> Allocation | Unschedulable | Unresolvable:
-    """:func:`place_gang` leaving ``holds`` alone: what reservations will take (their
-    planned devices, MIG instances, CPUs and memory) is taken for the trial, so the job
-    may share a reserved node but never what is reserved on it (devices busy now and held
-    as well count twice: still busy). A job that would fit but for them is told which
-    jobs they are reserved for. Nothing is left assumed."""
-    if not holds:
-        return place_gang(job, request, snapshot, profile, evaluator, reserved, now)
-    undo = [snapshot.assume(hold) for hold in holds]
-    try:
-        outcome = place_gang(job, request, snapshot, profile, evaluator, reserved, now)
-    finally:
-        for step in reversed(undo):
-            step()
-    if not isinstance(outcome, Unschedulable):
-        return outcome
-    if not isinstance(
-        place_gang(job, request, snapshot, profile, evaluator, reserved, now), Allocation
-    ):
-        return outcome
-    held = "; ".join(
-        f"{', '.join(sorted(hold.nodes))} reserved for job {hold.job_id}" for hold in holds
-    )
-    return Unschedulable(f"{outcome.reason} (what it fits on now is held: {held})")
 
 
 def _topology_note(job: Job, nodes: list[Node]) -> str:

@@ -56,7 +56,7 @@ from corral.scheduling.framework import (
     Unresolvable,
     Unschedulable,
 )
-from corral.scheduling.placement import place_clear_of, place_gang
+from corral.scheduling.placement import place_gang
 from corral.scheduling.snapshot import NodeView, Snapshot
 
 MAX_JOBS = 100  # blocked jobs planned, the first in scheduling order
@@ -424,8 +424,8 @@ class _Walk:
             )
             if not item.tried or (not early and shape not in failed and self.may_fit(job, request)):
                 item.tried = True
-                outcome = place_clear_of(
-                    job, request, self.snapshot, self.profile, self.evaluator, held, holds, at
+                outcome = place_gang(
+                    job, request, self.snapshot, self.profile, self.evaluator, held, at, holds=holds
                 )
             if isinstance(outcome, Allocation):
                 starts[job.id] = at
