@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from corral.core.allocation import Allocation, TaskAllocation
-from corral.core.job import Job, JobSpec, JobState, PlacementPolicy
+from corral.core.job import Job, JobSpec, JobState, PlacementPolicy, RoleSpec
 from corral.core.node import Device, Node, NodeState
 from corral.core.resources import MILLI, parse_gpus
 from corral.core.units import parse_size
@@ -103,6 +103,10 @@ class JobBuilder:
     def attempt(self, number: int) -> JobBuilder:
         self._attempt = number
         return self
+
+    def roles(self, *roles: RoleSpec) -> JobBuilder:
+        """Roles instead of one shape (``role("ps").cpus(2)`` builders or ``RoleSpec``)."""
+        return self._with(roles=tuple(roles))
 
     def spec(self) -> JobSpec:
         return self._spec
@@ -270,3 +274,8 @@ def legacy(**policy: object) -> SchedulerConfig:
     For tests of the cycle's mechanics that the new defaults would blur."""
     base = {"order": "fair-share", "backfill": False, "preemption": False, "sharing": "packing"}
     return SchedulerConfig(policy=Policy(**{**base, **policy}))  # type: ignore[arg-type]
+
+
+def role(name: str, nodes: int = 1, gpus: int | float | str = 0, **fields: object) -> RoleSpec:
+    """A role of a heterogeneous job: ``role("worker", 2, gpus=8, cpus=4)``."""
+    return RoleSpec(name=name, nodes=nodes, gpus=parse_gpus(gpus), **fields)  # type: ignore[arg-type]

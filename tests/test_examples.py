@@ -58,3 +58,18 @@ def test_example_policies_load() -> None:
         "corral": ("jct", True, True, "corral"),
     }
     assert load_config((EXAMPLES / "corral.yaml").read_text()) == load_config("")
+
+
+def test_example_job_kinds_parse() -> None:
+    specs = {
+        path.stem: load_manifest(path.read_text(), str(path)).to_spec()
+        for path in sorted((EXAMPLES / "kinds").glob("*.yaml"))
+    }
+    assert set(specs) == {"ps-workers", "jax", "mpi"}
+    assert [r.name for r in specs["ps-workers"].roles] == ["ps", "worker"]
+    assert specs["ps-workers"].world_size == 17
+    assert specs["jax"].kind == "jax"
+    assert [(r.name, r.daemon) for r in specs["mpi"].roles] == [
+        ("worker", True),
+        ("launcher", False),
+    ]

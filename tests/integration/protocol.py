@@ -61,14 +61,19 @@ class FakeHardwareAgent:
         tasks: list[dict[str, Any]] | None = None,
         logs: list[dict[str, Any]] | None = None,
         gpus: list[dict[str, Any]] | None = None,
+        steps: list[dict[str, Any]] | None = None,
+        step_logs: list[dict[str, Any]] | None = None,
     ) -> dict[str, Any]:
-        """One sync; ``gpus``: telemetry readings (``GpuTelemetry``), if any."""
+        """One sync; ``gpus``: telemetry readings (``GpuTelemetry``), if any; ``steps`` and
+        ``step_logs``: reports on the step tasks it runs and their logs."""
         body: dict[str, Any] = {
             "node": self.name,
             "agent_id": self.agent_id,
             "tasks": tasks or [],
             "logs": logs or [],
             "free_ports": [40001],
+            "steps": steps or [],
+            "step_logs": step_logs or [],
         }
         if gpus is not None:
             body["gpus"] = gpus
@@ -103,3 +108,16 @@ def chunk(job_id: int, rank: int, offset: int, data: bytes, attempt: int = 0) ->
         "offset": offset,
         "data": base64.b64encode(data).decode(),
     }
+
+
+def step_report(
+    job_id: int, step: int, rank: int, state: str, attempt: int = 0, **extra: Any
+) -> dict[str, Any]:
+    """A report on the task of rank ``rank`` of a job step."""
+    return {**report(job_id, rank, state, attempt, **extra), "step": step}
+
+
+def step_chunk(
+    job_id: int, step: int, rank: int, offset: int, data: bytes, attempt: int = 0
+) -> dict[str, Any]:
+    return {**chunk(job_id, rank, offset, data, attempt), "step": step}

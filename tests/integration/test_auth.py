@@ -28,6 +28,12 @@ queues:
     users: [alice]
 """
 PUBLIC = {"/api/v1/health"}
+JOB_TOKEN_ROUTES = {  # what a job's own token may call besides its checkpoint report
+    "/api/v1/jobs/{job_id}/logs",
+    "/api/v1/jobs/{job_id}/steps",
+    "/api/v1/jobs/{job_id}/steps/{step}",
+    "/api/v1/jobs/{job_id}/steps/{step}/cancel",
+}
 JOB = {"command": "true"}
 
 
@@ -128,7 +134,7 @@ def test_whoami_and_users_manage_their_own_tokens(tenants: Tenants) -> None:
 
 def _routes(tenants: Tenants) -> list[tuple[str, str, str]]:
     """(method, template, concrete path) of every API endpoint, with real ids filled in."""
-    values = {"job_id": str(tenants.alice_job), "name": "node-a"}
+    values = {"job_id": str(tenants.alice_job), "name": "node-a", "step": "1"}
     values["token_id"] = str(tenants.alice_token_id)
     found = []
     for method, template in tenants.routes:
@@ -176,6 +182,8 @@ def test_node_and_job_credentials_cannot_use_user_endpoints(tenants: Tenants) ->
         job_status = _call(tenants, own_job_token, method, path)
         if template == "/api/v1/jobs/{job_id}/checkpoint":  # accepted (409 unless it runs)
             assert job_status in (200, 409), job_status
+        elif template in JOB_TOKEN_ROUTES:  # its logs and steps (no step 1 here: 404)
+            assert job_status in (200, 404, 422), (method, template, job_status)
         else:
             assert job_status == 403, (method, template, job_status)
 

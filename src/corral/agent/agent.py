@@ -3,7 +3,8 @@
 Level-triggered: every sync reports every task the agent knows and the log bytes the
 server lacks; the answer lists every task that should run here. Tasks missing locally are
 started, each as its job's Unix account in a cgroup of its own (where the host allows);
-local tasks no longer wanted get SIGTERM, then SIGKILL after their grace period. If the
+local tasks no longer wanted get SIGTERM, then SIGKILL after their grace period. The tasks
+of job steps (processes a job started on its nodes) are run and reported alike. If the
 server is unreachable, tasks keep running and the agent retries. A restarted agent is the
 same incarnation (its id is kept under its state directory): it re-adopts the tasks it had
 started, reports those that ended meanwhile, and kills what it cannot account for before
@@ -17,6 +18,7 @@ import logging
 import os
 import pwd
 import ssl
+import sys
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -41,12 +43,16 @@ from corral.agent.telemetry import (
 )
 from corral.privatefiles import private_dir
 from corral.schemas.agent import (
+    DesiredStepTask,
     DesiredTask,
     GpuTelemetry,
     LogChunk,
     RegisterRequest,
+    StepLogChunk,
+    StepReport,
     SyncRequest,
     SyncResponse,
+    TaskAck,
     TaskReport,
 )
 
@@ -55,6 +61,7 @@ MAX_BACKOFF = 5.0
 WATCH_TIMEOUT = 30.0  # seconds one long-poll of /agent/watch may wait
 DEFAULT_LOG_CAP = 100 * 1000 * 1000  # bytes per task, until the server says otherwise
 TaskKey = tuple[int, int, int]  # job id, attempt, rank
+StepKey = tuple[int, int, int, int]  # job id, attempt, step, rank (of a step's task)
 # what a task running as another account keeps of the agent's environment
 PORTABLE_VARIABLES = ("PATH", "LANG", "LANGUAGE", "TZ", "TERM", "TMPDIR", "LD_LIBRARY_PATH")
 PORTABLE_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "NCCL_")
@@ -131,6 +138,7 @@ class Agent:
             cgroups=self.cgroups,
         )
         self.tasks: dict[TaskKey, _Tracked] = {}
+        self.steps: dict[StepKey, _Tracked] = {}  # the tasks of job steps
         self.log_cap: int | None = DEFAULT_LOG_CAP
         self._token: str | None = None
         self._server_index = 0
@@ -231,13 +239,19 @@ class Agent:
         for launch, status in self.supervisor.recover():
             meta = launch.meta
             try:
-                key = (int(meta["job_id"]), int(meta["attempt"]), int(meta["rank"]))
+                key: TaskKey | StepKey = (
+                    int(meta["job_id"]),
+                    int(meta["attempt"]),
+                    int(meta["rank"]),
+                )
+                if meta.get("step"):
+                    key = (key[0], key[1], int(meta["step"]), key[2])
             except (KeyError, TypeError, ValueError):
                 log.warning("task %s: no job in its record; stopping it", launch.key)
                 self.supervisor.stop(launch.key, 0)
                 continue
             load_file = meta.get("load_file")
-            self.tasks[key] = _Tracked(
+            self._table(key)[key] = _Tracked(
                 launch,
                 gpus=tuple(meta.get("gpus", ())),
                 load_file=Path(load_file) if load_file else None,
@@ -332,9 +346,9 @@ class Agent:
 
     def _build_request(self) -> SyncRequest:
         statuses = {s.key: s for s in self.supervisor.poll()}
-        reports, chunks = [], []
+        reports, chunks, step_reports, step_chunks = [], [], [], []
         budget = logship.SYNC_LOG_BUDGET
-        for key, tracked in self.tasks.items():
+        for key, tracked in self._tracked():
             status = statuses.get(tracked.launch.key)
             if status is None:
                 continue
@@ -342,9 +356,10 @@ class Agent:
             limit = min(budget, logship.FINAL_CHUNK if exited else logship.LOG_CHUNK)
             chunk = self._log_chunk(key, tracked, limit) if limit > 0 else None
             if chunk is not None:
-                chunks.append(chunk)
+                (step_chunks if len(key) == 4 else chunks).append(chunk)
                 budget -= len(chunk.data) * 3 // 4
-            reports.append(_report(key, status, self.settings.name))
+            report = _report(key, status, self.settings.name)
+            (step_reports if len(key) == 4 else reports).append(report)
         return SyncRequest(
             node=self.settings.name,
             agent_id=self.agent_id,
@@ -353,6 +368,8 @@ class Agent:
             free_ports=free_ports(),
             attributes=self._attributes(),
             gpus=self._telemetry(statuses),
+            steps=step_reports,
+            step_logs=step_chunks,
         )
 
     def _telemetry(self, statuses: Mapping[str, TaskStatus]) -> list[GpuTelemetry] | None:
@@ -377,34 +394,47 @@ class Agent:
         readings = gpu_readings() if self.settings.read_gpu_health else {}
         return {**self.settings.node.attributes, **readings}
 
-    def _log_chunk(self, key: TaskKey, tracked: _Tracked, limit: int) -> LogChunk | None:
+    def _log_chunk(self, key: TaskKey | StepKey, tracked: _Tracked, limit: int) -> LogChunk | None:
         """The next piece of the task's log the server lacks (None: nothing to send). Its
         offset is past the server's when the oldest part was dropped (log cap)."""
         piece = logship.next_piece(tracked.log, limit, self.log_cap)
         if piece is None or (not piece.data and piece.offset == tracked.log.server_offset):
             return None
-        return LogChunk(
-            job_id=key[0],
-            attempt=key[1],
-            rank=key[2],
-            offset=piece.offset,
-            data=base64.b64encode(piece.data).decode(),
-        )
+        data = base64.b64encode(piece.data).decode()
+        if len(key) == 4:
+            return StepLogChunk(
+                job_id=key[0],
+                attempt=key[1],
+                step=key[2],
+                rank=key[3],
+                offset=piece.offset,
+                data=data,
+            )
+        return LogChunk(job_id=key[0], attempt=key[1], rank=key[2], offset=piece.offset, data=data)
+
+    def _tracked(self) -> list[tuple[TaskKey | StepKey, _Tracked]]:
+        """Every task this agent tracks: the jobs' own, then the steps'."""
+        return [*self.tasks.items(), *self.steps.items()]
+
+    def _table(self, key: TaskKey | StepKey) -> dict:
+        """Where ``key`` is tracked: ``steps`` for a step's task, else ``tasks``."""
+        return self.steps if len(key) == 4 else self.tasks
 
     def _apply(self, answer: SyncResponse) -> None:
         self.log_cap = answer.log_cap or None
-        for ack in answer.acks:
-            tracked = self.tasks.get((ack.job_id, ack.attempt, ack.rank))
+        acks: list[TaskAck] = [*answer.acks, *answer.step_acks]
+        for ack in acks:
+            tracked = self._table(_key(ack)).get(_key(ack))
             if tracked is not None:
                 tracked.log.server_offset = ack.log_offset
                 tracked.server_final = ack.final
                 logship.release(tracked.log, ack.log_offset)  # the server has these bytes
-        desired = {(t.job_id, t.attempt, t.rank): t for t in answer.tasks}
+        desired = {_key(t): t for t in [*answer.tasks, *answer.steps]}
         for key, task in desired.items():
-            if key not in self.tasks:
+            if key not in self._table(key):
                 self._start(key, task)
                 self._wake.set()  # report the start at once, not at the next interval
-        for key, tracked in list(self.tasks.items()):
+        for key, tracked in self._tracked():
             if key in desired:
                 continue
             status = self.supervisor.status(tracked.launch.key)
@@ -415,7 +445,7 @@ class Agent:
                 self.supervisor.stop(tracked.launch.key)
             elif status is None or (tracked.server_final and logship.drained(tracked.log)):
                 self.supervisor.forget(tracked.launch.key)
-                del self.tasks[key]
+                del self._table(key)[key]
                 tracked.launch.log_path.unlink(missing_ok=True)  # the server holds it all
                 if tracked.load_file is not None:
                     self._loads.forget(tracked.load_file)
@@ -434,9 +464,14 @@ class Agent:
             )
         return None if account.uid == os.geteuid() else account
 
-    def _start(self, key: TaskKey, task: DesiredTask) -> None:
-        job_id, attempt, rank = key
-        log_path = self.settings.home / "logs" / f"job-{job_id}" / str(attempt) / f"{rank}.log"
+    def _start(self, key: TaskKey | StepKey, task: DesiredTask) -> None:
+        job_id, attempt, rank = task.job_id, task.attempt, task.rank
+        step = task.step if isinstance(task, DesiredStepTask) else 0
+        job_logs = self.settings.home / "logs" / f"job-{job_id}"
+        log_dirs = [job_logs, job_logs / str(attempt)]
+        if step:  # a step's tasks log apart from the job's
+            log_dirs.append(log_dirs[-1] / f"step-{step}")
+        log_path = log_dirs[-1] / f"{rank}.log"
         if log_path.exists():  # a fresh attempt of this agent: start a fresh log
             log_path.unlink()
         try:
@@ -448,25 +483,26 @@ class Agent:
         checkpoint_dir = self.settings.checkpoint_root / f"job-{job_id}"
         if failure is None:
             try:
-                self._job_dirs(checkpoint_dir, [log_path.parent.parent, log_path.parent], account)
+                self._job_dirs(checkpoint_dir, log_dirs, account)
             except OSError as exc:
                 failure = f"cannot prepare the job's directories on this node: {exc}"
         env = dict(task.env)
         env["CORRAL_CHECKPOINT_DIR"] = str(checkpoint_dir)
         load_file = None
-        if self.settings.simulated:
+        if self.settings.simulated and not step:
             load_file = self.settings.home / "load" / f"job-{job_id}-{attempt}-{rank}.json"
             load_file.parent.mkdir(parents=True, exist_ok=True)
             load_file.unlink(missing_ok=True)
             env[SIM_LOAD_ENV] = str(load_file)
         env["CORRAL_SERVER"] = self._url  # with CORRAL_JOB_TOKEN: report checkpoints
+        env["CORRAL_PYTHON"] = sys.executable  # an interpreter with Corral (kinds' runtimes)
         if self.settings.ca_cert:
             env["CORRAL_CA_CERT"] = str(self.settings.ca_cert)
         # another account keeps only what is portable of the agent's own environment
         inherited = foreign_env(os.environ) if account else task_base_env(os.environ)
         env = {**inherited, **env}
         launch = TaskLaunch(
-            key=f"{job_id}/{attempt}/{rank}",
+            key=f"{job_id}/{attempt}/step-{step}/{rank}" if step else f"{job_id}/{attempt}/{rank}",
             command=task.command,
             env=env,
             workdir=task.workdir,
@@ -480,12 +516,13 @@ class Agent:
                 "job_id": job_id,
                 "attempt": attempt,
                 "rank": rank,
+                "step": step,
                 "gpus": list(task.gpus),
                 "load_file": str(load_file) if load_file else None,
             },
             failure=failure,
         )
-        self.tasks[key] = _Tracked(launch, gpus=tuple(task.gpus), load_file=load_file)
+        self._table(key)[key] = _Tracked(launch, gpus=tuple(task.gpus), load_file=load_file)
         status = self.supervisor.start(launch)
         if status.state is TaskState.EXITED:
             log.warning("task %s could not start: %s", launch.key, status.reason)
@@ -506,7 +543,15 @@ class Agent:
             make_private_dir(path, account)
 
 
-def _report(key: TaskKey, status: TaskStatus, node: str) -> TaskReport:
+def _key(item: DesiredTask | TaskAck) -> TaskKey | StepKey:
+    """The key a task (or a step's task) of the server's answer is tracked under."""
+    step = getattr(item, "step", 0)
+    if step:
+        return (item.job_id, item.attempt, step, item.rank)
+    return (item.job_id, item.attempt, item.rank)
+
+
+def _report(key: TaskKey | StepKey, status: TaskStatus, node: str) -> TaskReport:
     """The task as the server should see it. An exit is reported at once, whatever of the
     log is still to ship: the job's devices are free when its processes are gone."""
     exited = status.state is TaskState.EXITED
@@ -517,10 +562,13 @@ def _report(key: TaskKey, status: TaskStatus, node: str) -> TaskReport:
     reason = status.reason
     if reason and "this node" in reason:
         reason = reason.replace("this node", f"node {node}")
-    return TaskReport(
-        job_id=key[0],
-        attempt=key[1],
-        rank=key[2],
+    if len(key) == 4:
+        ids: dict[str, int] = {"job_id": key[0], "attempt": key[1], "step": key[2], "rank": key[3]}
+    else:
+        ids = {"job_id": key[0], "attempt": key[1], "rank": key[2]}
+    model = StepReport if len(key) == 4 else TaskReport
+    return model(
+        **ids,
         state=state,
         pid=status.pid,
         exit_code=status.exit_code if exited else None,

@@ -66,6 +66,9 @@ def submit(
         Path | None, typer.Option("-f", "--file", help="job manifest YAML ('-' for stdin)")
     ] = None,
     name: Annotated[str | None, typer.Option(help="job name")] = None,
+    kind: Annotated[
+        str | None, typer.Option(help="job kind: pytorch (default), jax, mpi, ray, tpu")
+    ] = None,
     queue: Annotated[str | None, typer.Option(help="queue (default: default)")] = None,
     priority: Annotated[str | None, typer.Option(help="priority class or integer")] = None,
     nodes: Annotated[int | None, typer.Option(help="number of nodes")] = None,
@@ -101,6 +104,7 @@ def submit(
         command or [],
         {
             "name": name,
+            "kind": kind,
             "queue": queue,
             "priority": prio,
             "nodes": nodes,
@@ -166,24 +170,40 @@ def show(
 @app.command()
 def logs(
     job_id: Annotated[int, typer.Argument(metavar="JOB")],
-    task: Annotated[int, typer.Option("--task", "-t", help="task rank")] = 0,
+    task: Annotated[
+        int | None,
+        typer.Option(
+            "--task", "-t", help="task rank (default: the job's first task that is no daemon)"
+        ),
+    ] = None,
     attempt: Annotated[int | None, typer.Option(help="attempt (default: the latest)")] = None,
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="keep printing until the task ends")
     ] = False,
+    step: Annotated[
+        int, typer.Option("--step", "-s", help="a job step's output: --task is its step rank")
+    ] = 0,
     server: ServerOpt = None,
     token: TokenOpt = None,
     output: OutputOpt = Output.table,
 ) -> None:
-    """A task's stdout and stderr (task 0 by default)."""
+    """A task's stdout and stderr (by default the first task whose outcome is the job's:
+    task 0, or an MPI job's launcher; with --step, that step's task, rank 0 by default)."""
     c = client(server, token)
+    if task is None:
+        task = 0 if step else _main_task(c.get(job_id).tasks)
     if output is Output.json:
-        chunk = c.log_chunk(job_id, task, 0, attempt)
+        chunk = c.log_chunk(job_id, task, 0, attempt, step)
         print_json(chunk)
         return
-    for piece in c.follow_logs(job_id, task, attempt, follow=follow):
+    for piece in c.follow_logs(job_id, task, attempt, follow=follow, step=step):
         sys.stdout.write(piece)
         sys.stdout.flush()
+
+
+def _main_task(tasks: list) -> int:
+    """The first task not of a daemon role (whose output tells the job's story)."""
+    return next((t.rank for t in sorted(tasks, key=lambda t: t.rank) if not t.daemon), 0)
 
 
 @app.command()
@@ -248,3 +268,25 @@ def _number(text: str) -> int | float | str:
         except ValueError:
             pass
     return text
+
+
+@app.command()
+def kinds(output: OutputOpt = Output.table) -> None:
+    """The job kinds this installation knows (``kind:`` in a manifest), plugins included."""
+    from rich.table import Table
+
+    from corral.kinds.registry import kinds as known
+
+    found = [
+        {"name": k.name, "summary": k.summary, "module": type(k).__module__}
+        for k in known().values()
+    ]
+    if output is Output.json:
+        print_json(found)
+        return
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for col in ("KIND", "WHAT IT DOES", "MODULE"):
+        table.add_column(col)
+    for row in found:
+        table.add_row(row["name"], row["summary"], row["module"])
+    console.print(table)

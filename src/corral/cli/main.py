@@ -8,7 +8,7 @@ import typer
 from rich.markup import escape
 
 import corral
-from corral.cli import auth, cluster, demo, jobs, monitoring, sim, tokens
+from corral.cli import auth, cluster, demo, jobs, monitoring, sim, steps, tokens
 from corral.cli.common import err_console
 from corral.errors import CorralError
 
@@ -39,6 +39,7 @@ def _root(
 for sub in (jobs.app, cluster.app, auth.app, monitoring.app, sim.app, demo.app):
     app.registered_commands += sub.registered_commands
 app.add_typer(tokens.app, name="token")
+app.add_typer(steps.app, name="step")
 
 
 def main() -> None:

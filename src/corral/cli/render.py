@@ -89,7 +89,7 @@ def jobs_table(jobs: list[JobOut], now: float) -> Table:
             job.user,
             job_state_text(job),
             job.priority_class or str(job.priority),
-            f"{job.nodes}x{job.tasks_per_node}",
+            f"{job.nodes}x{job.tasks_per_node}" if not job.roles else f"{len(job.roles)} roles",
             job.manifest.get("resources", {}).get("tpu") or f"{job.total_gpus:g}",
             _elapsed(job, now),
             eta(job.estimated_start, now) if job.state == "pending" else "-",
@@ -117,15 +117,8 @@ def job_panel(job: JobOut, now: float, advice: list[str] | None = None) -> Group
             f"{job.priority_class or ''} {job.priority}".strip()
             + ("" if job.preemptible else " (not preemptible)"),
         ),
-        (
-            "Shape",
-            f"{job.nodes} node(s) x {job.tasks_per_node} task(s), "
-            + (
-                f"TPU slice {job.manifest['resources']['tpu']}, one task per host"
-                if job.manifest.get("resources", {}).get("tpu")
-                else f"{job.gpus} GPU(s) per node"
-            ),
-        ),
+        ("Kind", job.kind),
+        ("Shape", _shape(job)),
         ("Command", Text(command)),
         ("Attempt", str(job.attempt)),
         ("Submitted", when(job.submitted_at)),
@@ -172,20 +165,38 @@ def job_panel(job: JobOut, now: float, advice: list[str] | None = None) -> Group
     return Group(*parts)
 
 
+def _shape(job: JobOut) -> str | Text:
+    if job.roles:  # one line per role, in rank order
+        return Text("\n".join(job.roles))
+    if job.manifest.get("resources", {}).get("tpu"):
+        tpu = job.manifest["resources"]["tpu"]
+        return f"{job.nodes} node(s) x 1 task(s), TPU slice {tpu}, one task per host"
+    return f"{job.nodes} node(s) x {job.tasks_per_node} task(s), {job.gpus} GPU(s) per node"
+
+
 def _placement(job: JobOut) -> Table:
-    """The current attempt's tasks: where, what they hold and use, how they ended."""
+    """The current attempt's tasks: where, what they hold and use, how they ended; a job
+    with roles has its tasks grouped by role (a ROLE column, a rule between roles)."""
     tasks = Table(title="Placement", box=None, header_style="bold", title_justify="left")
     reasons = any(t.reason for t in job.tasks)
+    roles = bool(job.roles)
     columns = ("RANK", "NODE", "LOCAL", "GPUS", "STATE", "PID", "EXIT", "PEAK MEM", "CPU TIME")
+    if roles:
+        columns = ("ROLE", "ROLE RANK", *columns)
     for col in (*columns, *(("REASON",) if reasons else ())):
         tasks.add_column(col, overflow="fold" if col == "REASON" else "ellipsis")
-    for t in job.tasks:
+    previous = None
+    for t in sorted(job.tasks, key=lambda t: t.rank):
+        if roles and previous is not None and t.role != previous:
+            tasks.add_section()
+        previous = t.role
         gpus = ",".join(map(str, t.gpus)) or "-"
         if t.mig:
             gpus = ",".join(t.mig)
         elif t.gpu_share < 1 and t.gpus:
             gpus += f" ({t.gpu_share:g})"
         tasks.add_row(
+            *((Text(t.role), str(t.role_rank)) if roles else ()),
             str(t.rank),
             t.node,
             str(t.local_rank),

@@ -40,7 +40,9 @@ from corral.schemas.api import (
     UsageOut,
     WhoAmI,
 )
+from corral.schemas.common import validate
 from corral.schemas.manifest import JobManifest, load_manifest, parse_manifest
+from corral.schemas.steps import StepIn, StepList, StepOut
 
 TERMINAL = ("succeeded", "failed", "cancelled")
 IDEMPOTENT_METHODS = ("GET", "HEAD", "PUT", "DELETE", "OPTIONS")
@@ -188,16 +190,24 @@ class Client:
         return JobOut.model_validate(self.request("POST", f"/jobs/{job_id}/checkpoint", json=body))
 
     def log_chunk(
-        self, job_id: int, task: int = 0, offset: int = 0, attempt: int | None = None
+        self,
+        job_id: int,
+        task: int = 0,
+        offset: int = 0,
+        attempt: int | None = None,
+        step: int = 0,
     ) -> LogOut:
+        """A piece of a task's log (with ``step``: of that step's task of rank ``task``)."""
         params: dict[str, Any] = {"task": task, "offset": offset}
         if attempt is not None:
             params["attempt"] = attempt
+        if step:
+            params["step"] = step
         return LogOut.model_validate(self.request("GET", f"/jobs/{job_id}/logs", params=params))
 
-    def logs(self, job_id: int, task: int = 0, attempt: int | None = None) -> str:
-        """Everything the task has logged so far."""
-        return "".join(self.follow_logs(job_id, task, attempt, follow=False))
+    def logs(self, job_id: int, task: int = 0, attempt: int | None = None, step: int = 0) -> str:
+        """Everything the task (with ``step``: that step's task) has logged so far."""
+        return "".join(self.follow_logs(job_id, task, attempt, follow=False, step=step))
 
     def follow_logs(
         self,
@@ -206,11 +216,12 @@ class Client:
         attempt: int | None = None,
         follow: bool = True,
         poll: float = 0.5,
+        step: int = 0,
     ) -> Iterator[str]:
         """Yield pieces of the log; with ``follow``, until the task ends and all is read."""
         offset = 0
         while True:
-            chunk = self.log_chunk(job_id, task, offset, attempt)
+            chunk = self.log_chunk(job_id, task, offset, attempt, step)
             attempt = chunk.attempt
             if chunk.data:
                 yield chunk.data
@@ -242,6 +253,67 @@ class Client:
                 left = ", ".join(str(i) for i in ids if i not in done)
                 raise TimeoutError(f"jobs still running after {timeout:g}s: {left}")
             time.sleep(poll)
+
+    # -- steps (see docs/job-steps.md) ------------------------------------------------
+
+    def start_step(
+        self,
+        job_id: int,
+        command: Sequence[str] | str,
+        nodes: Sequence[str] | None = None,
+        tasks_per_node: int = 1,
+        env: dict[str, str] | None = None,
+        workdir: str | None = None,
+    ) -> StepOut:
+        """Start a step of a running job: ``tasks_per_node`` processes on each of ``nodes``
+        (default: every node where the job still runs a task)."""
+        fields = {
+            "command": command if isinstance(command, str) else list(command),
+            "nodes": None if nodes is None else list(nodes),
+            "tasks_per_node": tasks_per_node,
+            "env": dict(env or {}),
+            "workdir": workdir,
+        }
+        body: StepIn = validate(StepIn, fields, "step")
+        answer = self.request(
+            "POST", f"/jobs/{job_id}/steps", json=body.model_dump(mode="json", exclude_none=True)
+        )
+        return StepOut.model_validate(answer)
+
+    def step(self, job_id: int, step: int, attempt: int | None = None) -> StepOut:
+        params = {} if attempt is None else {"attempt": attempt}
+        return StepOut.model_validate(
+            self.request("GET", f"/jobs/{job_id}/steps/{step}", params=params)
+        )
+
+    def steps(self, job_id: int, attempt: int | None = None) -> list[StepOut]:
+        """The steps of an attempt (default: the job's current one), oldest first."""
+        params = {} if attempt is None else {"attempt": attempt}
+        data = self.request("GET", f"/jobs/{job_id}/steps", params=params)
+        return StepList.model_validate(data).steps
+
+    def cancel_step(self, job_id: int, step: int) -> StepOut:
+        """Stop a step's tasks (SIGTERM, then SIGKILL after the job's grace period)."""
+        return StepOut.model_validate(
+            self.request("POST", f"/jobs/{job_id}/steps/{step}/cancel", idempotent=True)
+        )
+
+    def wait_step(
+        self, job_id: int, step: int, timeout: float | None = None, poll: float = 1.0
+    ) -> StepOut:
+        """Block until every task of the step has ended (``StepOut.exit_code`` then says
+        how it went); ``TimeoutError`` after ``timeout`` seconds. Polls quickly at first,
+        then every ``poll`` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        pause = min(0.05, poll)
+        while True:
+            found = self.step(job_id, step)
+            if found.state == "ended":
+                return found
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"step {step} of job {job_id} still running after {timeout:g}s")
+            time.sleep(pause)
+            pause = min(poll, pause * 2)
 
     # -- cluster -------------------------------------------------------------------
 

@@ -5,12 +5,16 @@ Server: ``--server``, else ``$CORRAL_SERVER``, else the address ``corral up`` re
 replicas. Token: ``--token``, else ``$CORRAL_TOKEN``, else ``$CORRAL_HOME/token``. CA
 certificate for an HTTPS server: ``--ca-cert``, else ``$CORRAL_CA_CERT``, else
 ``$CORRAL_HOME/ca.pem`` (``corral login --ca-cert`` copies it there), else the system CAs.
+Inside a task, its own job's server and job token come from the task's environment
+(``resolve_job``).
 """
 
 from __future__ import annotations
 
 import os
 import ssl
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from corral.privatefiles import write_private
@@ -80,3 +84,34 @@ def _normalize(address: str) -> str:
     if "://" not in address:
         address = "http://" + address
     return address
+
+
+@dataclass(frozen=True)
+class JobCredentials:
+    """What a task knows of its own job: the server, the job's id and its job token."""
+
+    server: str
+    job_id: int
+    token: str
+
+
+JOB_VARIABLES = ("CORRAL_SERVER", "CORRAL_JOB_ID", "CORRAL_JOB_TOKEN")
+
+
+def resolve_job(environ: Mapping[str, str] | None = None) -> JobCredentials:
+    """The calling task's job from its environment (``CORRAL_SERVER``, ``CORRAL_JOB_ID``,
+    ``CORRAL_JOB_TOKEN``); ``ValidationError`` when it is not inside a Corral job."""
+    from corral.errors import ValidationError
+
+    env = os.environ if environ is None else environ
+    missing = [name for name in JOB_VARIABLES if not env.get(name)]
+    if missing:
+        raise ValidationError(
+            f"{', '.join(missing)} not set: run it inside a Corral job (a task's environment "
+            "has them)"
+        )
+    try:
+        job_id = int(env["CORRAL_JOB_ID"])
+    except ValueError:
+        raise ValidationError(f"CORRAL_JOB_ID is not a job id: {env['CORRAL_JOB_ID']!r}") from None
+    return JobCredentials(env["CORRAL_SERVER"], job_id, env["CORRAL_JOB_TOKEN"])

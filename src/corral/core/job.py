@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from functools import cached_property
 
@@ -57,9 +57,72 @@ class Topology:
     mode: TopologyMode = TopologyMode.PREFERRED
 
 
+DEFAULT_ROLE = "worker"  # the role of every task of a job that lists no roles
+DEFAULT_KIND = "pytorch"
+
+
+@dataclass(frozen=True)
+class RoleSpec:
+    """One named group of a heterogeneous job (SPEC section 8): its own shape, placed
+    with the others as one gang. ``command``/``env`` None/empty: the job's (``env`` is
+    added to the job's). A ``daemon`` role serves the others: the job ends when every task
+    of its other roles has ended (its outcome is theirs), and its daemons are then
+    stopped; a daemon that fails while the job runs still fails the job."""
+
+    name: str
+    nodes: int = 1
+    tasks_per_node: int = 1
+    gpus: GpuRequest = field(default_factory=GpuRequest)
+    gpu_model: str | None = None
+    gpu_memory: int | None = None
+    cpus: float | None = None
+    memory: int | None = None
+    topology: Topology | None = None
+    node_selector: tuple[tuple[str, str], ...] = ()
+    command: tuple[str, ...] | str | None = None
+    env: tuple[tuple[str, str], ...] = ()
+    daemon: bool = False
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.tasks_per_node
+
+    def size(self) -> tuple:
+        """Orders roles by how much one node of the role asks for (GPUs first)."""
+        gpus = self.gpus
+        amount = gpus.count if gpus.kind is GpuKind.WHOLE else gpus.milli / 1000
+        has = gpus.kind is not GpuKind.NONE
+        return (has, amount, self.cpus or 0.0, self.memory or 0, self.nodes)
+
+
+@dataclass(frozen=True)
+class TaskRole:
+    """Where one task of a job stands among its roles (``JobSpec.role_of``)."""
+
+    index: int  # the role's position in ``JobSpec.roles`` (0 for a job without roles)
+    name: str
+    rank: int  # among the role's tasks
+    world_size: int  # the role's tasks
+    node_rank: int  # among the role's nodes
+    nodes: int
+    tasks_per_node: int
+    daemon: bool
+    command: tuple[str, ...] | str
+    env: tuple[tuple[str, str], ...]
+
+
 @dataclass(frozen=True)
 class JobSpec:
     """A validated manifest (SPEC section 2). Resources are per node.
+
+    A job with ``roles`` (SPEC section 8) is placed as one gang of all of them; its
+    top-level shape (``nodes``, ``tasks_per_node``, ``gpus``, ``cpus``, ...) is then its
+    largest role's, derived here, so that what sizes one node of a job (preemption's victim
+    search, quick fit checks) sees its biggest need (``topology`` stays the job's: it
+    applies to the whole job, a role's to that role); totals (``total_gpus``,
+    ``world_size``) and placement go over every role (``parts``). Ranks are numbered role
+    after role in the order listed, nodes likewise. ``kind`` names the job kind plugin
+    (``corral.kinds``) and ``kind_options`` its block of the manifest (key, JSON value).
 
     A TPU slice (``tpu``) has one task per host: ``nodes`` is the slice's host count on
     the cluster's pods (0 until submission sizes it, see ``feasibility.with_tpu_hosts``),
@@ -89,8 +152,17 @@ class JobSpec:
     requeue: bool = True
     env: tuple[tuple[str, str], ...] = ()
     workdir: str | None = None
+    kind: str = DEFAULT_KIND
+    roles: tuple[RoleSpec, ...] = ()
+    kind_options: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
+        if self.roles:
+            primary = max(self.roles, key=RoleSpec.size)
+            for name in ("nodes", "tasks_per_node", "gpus", "gpu_model", "gpu_memory"):
+                object.__setattr__(self, name, getattr(primary, name))  # derived, see above
+            object.__setattr__(self, "cpus", primary.cpus)
+            object.__setattr__(self, "memory", primary.memory)
         generation = self.tpu.generation if self.tpu else None
         if self.gpus.tpu == generation:
             return
@@ -108,7 +180,80 @@ class JobSpec:
 
     @property
     def world_size(self) -> int:
+        if self.roles:
+            return sum(role.world_size for role in self.roles)
         return self.nodes * self.tasks_per_node
+
+    @property
+    def node_count(self) -> int:
+        """Nodes of the whole job (each role's counted; roles may share a machine)."""
+        if self.roles:
+            return sum(role.nodes for role in self.roles)
+        return self.nodes
+
+    @cached_property
+    def parts(self) -> tuple[JobSpec, ...]:
+        """The job as homogeneous gangs: itself, or one spec per role (in role order),
+        each with the role's shape, node selector (added to the job's) and topology."""
+        if not self.roles:
+            return (self,)
+        return tuple(
+            replace(
+                self,
+                roles=(),
+                nodes=role.nodes,
+                tasks_per_node=role.tasks_per_node,
+                gpus=role.gpus,
+                gpu_model=role.gpu_model,
+                gpu_memory=role.gpu_memory,
+                cpus=role.cpus,
+                memory=role.memory,
+                topology=role.topology,
+                node_selector=tuple(
+                    sorted({**dict(self.node_selector), **dict(role.node_selector)}.items())
+                ),
+            )
+            for role in self.roles
+        )
+
+    @property
+    def shape_key(self) -> tuple:
+        """What, beside one node's request, makes two jobs place alike."""
+        return (self.nodes, self.tpu, self.roles)
+
+    def role_of(self, rank: int) -> TaskRole:
+        """The role of the task of global ``rank`` (ranks go role after role)."""
+        offset = 0
+        for index, role in enumerate(self.roles):
+            if rank < offset + role.world_size:
+                local = rank - offset
+                return TaskRole(
+                    index,
+                    role.name,
+                    local,
+                    role.world_size,
+                    local // role.tasks_per_node,
+                    role.nodes,
+                    role.tasks_per_node,
+                    role.daemon,
+                    self.command if role.command is None else role.command,
+                    tuple(sorted({**dict(self.env), **dict(role.env)}.items())),
+                )
+            offset += role.world_size
+        if self.roles:
+            raise ValueError(f"rank {rank} is past the job's {offset} tasks")
+        return TaskRole(
+            0,
+            DEFAULT_ROLE,
+            rank,
+            self.world_size,
+            rank // self.tasks_per_node,
+            self.nodes,
+            self.tasks_per_node,
+            False,
+            self.command,
+            self.env,
+        )
 
     @property
     def model_pattern(self) -> str | None:
@@ -125,6 +270,8 @@ class JobSpec:
     @cached_property  # (frozen: computed once; the jct order reads it every cycle)
     def total_gpus(self) -> float:
         """GPUs of the whole job, fractions counted as such (for display and accounting)."""
+        if self.roles:
+            return sum(part.total_gpus for part in self.parts)
         if self.gpus.kind is GpuKind.WHOLE:
             return float(self.gpus.count * self.nodes)
         if self.gpus.kind is GpuKind.FRACTION:

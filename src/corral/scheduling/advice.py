@@ -183,6 +183,8 @@ def _variants(spec: JobSpec, snapshot: Snapshot) -> Iterator[Variant]:
     """Relaxed copies of ``spec``, one change each, in the order hints are given; of the
     variants of one kind only the first that fits is hinted."""
     yield from _topology_preferred(spec, snapshot)
+    if spec.roles:
+        return  # its shape is its roles': no one reshape or relaxation says it right
     yield from _reshaped(spec, snapshot)
     yield from _without_selector(spec)
     yield from _any_model(spec, snapshot)

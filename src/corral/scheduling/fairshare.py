@@ -118,10 +118,11 @@ def weighted_share(usage: Usage, capacity: Capacity, weight: float, window: floa
 
 def job_share(spec: JobSpec, capacity: Capacity) -> float:
     """The dominant share of the cluster a job of ``spec`` holds while it runs."""
+    parts = spec.parts  # every role of a job with roles
     held = Usage(
-        gpu=gpus_per_node(spec) * spec.nodes,
-        cpu=(spec.cpus or 0.0) * spec.nodes,
-        memory=float(spec.memory or 0) * spec.nodes,
+        gpu=sum(gpus_per_node(p) * p.nodes for p in parts),
+        cpu=sum((p.cpus or 0.0) * p.nodes for p in parts),
+        memory=sum(float(p.memory or 0) * p.nodes for p in parts),
     )
     return dominant_share(held, capacity)
 

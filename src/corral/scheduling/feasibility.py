@@ -37,6 +37,12 @@ def never_fits(spec: JobSpec, shapes: NodeShapes, config: SchedulerConfig) -> st
     the answer is None: the job waits for agents to register.
     """
     config.queue(spec.queue)
+    if spec.roles:  # each role must fit on its own (they may share machines)
+        for role, part in zip(spec.roles, spec.parts, strict=True):
+            why = never_fits(part, shapes, config)
+            if why:
+                return f"role {role.name}: {why}"
+        return None
     if spec.tpu is not None and not spec.nodes and not _tpu_pods(shapes, spec.tpu.generation):
         return (
             f"cannot size the TPU slice {spec.tpu}: no {spec.tpu.generation} TPU pod is in "

@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from corral.core.allocation import Allocation
 from corral.core.job import Job, JobSpec, PlacementPolicy
-from corral.core.tpu import TpuRequest
 from corral.scheduling.evaluation import NodeEvaluator
 from corral.scheduling.framework import NodeRequest, Profile, Unresolvable, Unschedulable
 from corral.scheduling.snapshot import FreeWholeGpus, Snapshot
@@ -49,7 +48,7 @@ Failure = Unschedulable | Unresolvable
 
 class Interned(NamedTuple):
     request: NodeRequest  # equal requests are one object
-    shape: int  # one number per (request, nodes, TPU slice) while interned; never reused
+    shape: int  # one number per (request, nodes, TPU slice, roles) while interned; never reused
 
 
 class RequestMemo:
@@ -60,7 +59,7 @@ class RequestMemo:
         self.max_jobs, self.max_shapes = max_jobs, max_shapes
         self._by_job: dict[int, tuple[JobSpec, PlacementPolicy, Interned]] = {}
         self._requests: dict[NodeRequest, NodeRequest] = {}
-        self._shapes: dict[tuple[NodeRequest, int, TpuRequest | None], Interned] = {}
+        self._shapes: dict[tuple[NodeRequest, tuple], Interned] = {}
         self._numbers = itertools.count()
 
     def of(self, job: Job, placement: PlacementPolicy) -> Interned:
@@ -70,7 +69,7 @@ class RequestMemo:
         if found is not None and (found[0] is spec or found[0] == spec) and found[1] == placement:
             return found[2]
         request = NodeRequest.of(spec, placement)
-        key = (request, spec.nodes, spec.tpu)
+        key = (request, spec.shape_key)
         interned = self._shapes.get(key)
         if interned is None:
             if len(self._shapes) >= self.max_shapes:

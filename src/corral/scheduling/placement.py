@@ -19,6 +19,7 @@ from corral.core.resources import MILLI, GpuKind
 from corral.scheduling.evaluation import NodeEvaluator
 from corral.scheduling.framework import NodeRequest, Profile, Unresolvable, Unschedulable
 from corral.scheduling.plugins.topology import TIGHT_TO_LOOSE, common_level
+from corral.scheduling.roles import place_roles
 from corral.scheduling.snapshot import NodeView, Snapshot
 
 
@@ -34,6 +35,8 @@ def place_gang(
     holds: Sequence[Allocation] = (),
 ) -> Allocation | Unschedulable | Unresolvable:
     """All tasks of ``job`` on nodes of ``snapshot``, or why not (nothing is assumed).
+    A job with roles has each role placed as its own gang, all or nothing
+    (``scheduling.roles``); ``request`` is then its largest role's.
 
     ``evaluator`` carries filter and score results from job to job over ``snapshot``
     (default: a new one, for this placement only); ``reserved`` maps nodes the job may not
@@ -71,6 +74,8 @@ def _place(
     reserved: Mapping[str, int] | None,
     now: float,
 ) -> Allocation | Unschedulable | Unresolvable:
+    if job.spec.roles:
+        return place_roles(job, request, snapshot, profile, evaluator, reserved, now, _place)
     candidates = evaluator.evaluate(request, snapshot, reserved)
     chosen = profile.node_set.select(job, request, candidates)
     if not isinstance(chosen, list):

@@ -353,7 +353,7 @@ class _Walk:
         waiting, shapes = [], {}
         for job in jobs:
             request = NodeRequest.of(job.spec, config.queue_placement(job.queue))
-            shape = shapes.setdefault((request, job.spec.nodes, job.spec.tpu), len(shapes))
+            shape = shapes.setdefault((request, job.spec.shape_key), len(shapes))
             waiting.append(_Waiting(job, request, shape))
         backfill = config.policy.backfill
         starts: dict[int, float] = {}

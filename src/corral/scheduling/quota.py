@@ -179,15 +179,17 @@ class QuotaBook:
 
     def demand(self, spec: JobSpec) -> dict[str, float]:
         """What a job of ``spec`` will hold, by key, as far as the spec pins it down."""
-        total = gpus_per_node(spec) * spec.nodes
-        if total <= 0:
-            return {}
-        out = {GPUS: total}
-        pattern = spec.model_pattern
-        landing = [m for m in self._models if model_matches(m, pattern)]
-        for key in self._model_keys:
-            if landing and all(model_matches(m, key) for m in landing):
-                out[key] = total
+        out: dict[str, float] = {}
+        for part in spec.parts:  # every role of a job with roles
+            total = gpus_per_node(part) * part.nodes
+            if total <= 0:
+                continue
+            out[GPUS] = out.get(GPUS, 0.0) + total
+            pattern = part.model_pattern
+            landing = [m for m in self._models if model_matches(m, pattern)]
+            for key in self._model_keys:
+                if landing and all(model_matches(m, key) for m in landing):
+                    out[key] = out.get(key, 0.0) + total
         return out
 
     # --- state ---------------------------------------------------------------------------

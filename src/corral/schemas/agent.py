@@ -1,7 +1,9 @@
 """The agent protocol: register once, then sync (heartbeat, report, pull) repeatedly.
 
 Level-triggered: each sync carries everything the agent runs and the log bytes the server
-lacks; the answer is everything the agent should run. Either side may restart.
+lacks; the answer is everything the agent should run. Either side may restart. The tasks of
+job steps (``schemas.steps``) travel in lists of their own (``steps``, ``step_logs``,
+``step_acks``) whose items also name the step.
 """
 
 from __future__ import annotations
@@ -72,6 +74,12 @@ class TaskReport(Strict):
     reason: str | None = Field(default=None, max_length=1024)  # why it ended, if it did
 
 
+class StepReport(TaskReport):
+    """A report on the task of rank ``rank`` of a job step."""
+
+    step: Annotated[int, Field(ge=1, le=2**31 - 1)]
+
+
 class LogChunk(Strict):
     """Bytes of a task's log from ``offset``. An offset past the bytes the server holds
     (the ack's ``log_offset``) means the agent dropped the bytes in between (past the
@@ -82,6 +90,10 @@ class LogChunk(Strict):
     rank: Int64
     offset: Count
     data: str  # base64
+
+
+class StepLogChunk(LogChunk):
+    step: Annotated[int, Field(ge=1, le=2**31 - 1)]
 
 
 class GpuTelemetry(Strict):
@@ -111,6 +123,8 @@ class SyncRequest(Strict):
     attributes: dict[str, float] | None = None  # fresh readings (temperature...); None: same
     shutdown: bool = False  # the agent is stopping: its tasks are gone, requeue their jobs
     gpus: list[GpuTelemetry] | None = None  # per-GPU readings at this sync; None: none taken
+    steps: list[StepReport] = Field(default_factory=list)  # every step task it knows
+    step_logs: list[StepLogChunk] = Field(default_factory=list)
 
 
 class DesiredTask(BaseModel):
@@ -129,6 +143,12 @@ class DesiredTask(BaseModel):
     memory: int | None = None
 
 
+class DesiredStepTask(DesiredTask):
+    """A job step's task: ``rank`` is its step rank (``CORRAL_STEP_RANK``)."""
+
+    step: int
+
+
 class TaskAck(BaseModel):
     job_id: int
     attempt: int
@@ -137,9 +157,15 @@ class TaskAck(BaseModel):
     final: bool  # the server recorded the task's exit
 
 
+class StepAck(TaskAck):
+    step: int
+
+
 class SyncResponse(BaseModel):
     tasks: list[DesiredTask]
     acks: list[TaskAck]
+    steps: list[DesiredStepTask] = Field(default_factory=list)  # step tasks to run here
+    step_acks: list[StepAck] = Field(default_factory=list)
     sync_interval: float
     log_cap: int  # bytes of each task's log the server keeps (the agent may drop more)
 

@@ -45,6 +45,9 @@ class TaskOut(BaseModel):
     peak_memory: int | None = None  # bytes: the highest memory use the agent reported
     cpu_seconds: float | None = None  # CPU time used, as the agent reported
     reason: str | None = None  # why it ended, as the agent reported (out of memory...)
+    role: str = "worker"  # its role (SPEC section 8; "worker" for a job without roles)
+    role_rank: int = 0  # among its role's tasks
+    daemon: bool = False  # of a role that serves the others (its outcome is not the job's)
 
 
 class EventOut(BaseModel):
@@ -74,8 +77,11 @@ class JobOut(BaseModel):
     priority_class: str | None
     preemptible: bool
     attempt: int
-    nodes: int
-    tasks_per_node: int
+    nodes: int  # of the whole job (every role's)
+    tasks_per_node: int  # of its largest role, for a job with roles
+    kind: str = "pytorch"
+    world_size: int = 1  # tasks of the whole job
+    roles: list[str] = Field(default_factory=list)  # "name: N x shape", in rank order
     gpus: str  # per node, as asked ("8", "H100:8", "0.5")
     total_gpus: float
     reason: str | None  # why pending, or why it ended
@@ -115,6 +121,7 @@ class LogOut(BaseModel):
     job_id: int
     attempt: int
     task: int
+    step: int = 0  # the step whose task's log this is (0: the job's own task)
     offset: int  # where to continue reading
     data: str
     complete: bool  # the task has ended and its whole log is here

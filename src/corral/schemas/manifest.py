@@ -9,9 +9,17 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import yaml
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_serializer, model_validator
 
-from corral.core.job import JobSpec, PlacementPolicy, Topology, TopologyLevel, TopologyMode
+from corral.core.job import (
+    DEFAULT_KIND,
+    JobSpec,
+    PlacementPolicy,
+    RoleSpec,
+    Topology,
+    TopologyLevel,
+    TopologyMode,
+)
 from corral.core.resources import GpuKind, parse_gpus
 from corral.core.tpu import parse_tpu
 from corral.errors import ValidationError
@@ -25,6 +33,10 @@ EnvKey = Annotated[str, Field(max_length=1024)]
 MAX_ARGS = 4096
 MAX_ENV = 1024
 MAX_SELECTOR = 64
+MAX_ROLES = 16
+RoleName = Annotated[
+    str, Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([a-z0-9_-]*[a-z0-9])?$")
+]
 MAX_DURATION = 366 * 86400.0  # time_limit, runtime_estimate, grace_period: at most a year
 
 
@@ -55,6 +67,48 @@ class TopologyModel(Strict):
     mode: TopologyMode = TopologyMode.PREFERRED
 
 
+Command = (
+    Annotated[list[Arg], Field(max_length=MAX_ARGS)] | Annotated[str, Field(max_length=131_072)]
+)
+
+
+class RoleModel(Strict):
+    """One role of a heterogeneous job (SPEC section 8)."""
+
+    name: RoleName
+    nodes: int = Field(default=1, ge=1, le=100_000)
+    tasks_per_node: int = Field(default=1, ge=1, le=1024)
+    resources: Resources = Field(default_factory=Resources)
+    topology: TopologyModel | None = None
+    node_selector: dict[Name, Name] = Field(default_factory=dict, max_length=MAX_SELECTOR)
+    command: Command | None = None
+    env: dict[EnvKey, Arg] = Field(default_factory=dict, max_length=MAX_ENV)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> RoleModel:
+        if self.resources.tpu:
+            raise ValueError(
+                f"roles: {self.name}: a TPU slice is a job of its own (kind tpu), not a role"
+            )
+        _check_shape(self.resources, self.tasks_per_node, self.nodes, self.topology)
+        if self.command is not None:
+            _check_command(self.command)
+        _check_env(self.env)
+        return self
+
+    def to_role(self) -> RoleSpec:
+        return RoleSpec(
+            name=self.name,
+            nodes=self.nodes,
+            tasks_per_node=self.tasks_per_node,
+            **_per_node(self.resources),
+            topology=Topology(self.topology.level, self.topology.mode) if self.topology else None,
+            node_selector=tuple(sorted(self.node_selector.items())),
+            command=_frozen(self.command) if self.command is not None else None,
+            env=tuple(sorted(self.env.items())),
+        )
+
+
 class JobManifest(Strict):
     name: str | None = Field(default=None, max_length=253)
     queue: str = Field(default="default", min_length=1, max_length=253)
@@ -71,20 +125,47 @@ class JobManifest(Strict):
     preemptible: bool | None = None
     grace_period: Duration = 30.0
     requeue: bool = True
-    command: (
-        Annotated[list[Arg], Field(max_length=MAX_ARGS)] | Annotated[str, Field(max_length=131_072)]
-    )
+    command: Command
     env: dict[EnvKey, Arg] = Field(default_factory=dict, max_length=MAX_ENV)
     workdir: Annotated[str, Field(max_length=4096)] | None = None
+    kind: Short | None = None  # None: pytorch, or tpu for a TPU slice
+    roles: list[RoleModel] | None = Field(default=None, min_length=1, max_length=MAX_ROLES)
+    # the kinds' blocks (``mpi: {...}``), by kind name: written as top-level keys
+    kind_options: dict[Short, dict[Short, Any]] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _kind_blocks(cls, data: Any) -> Any:
+        """A top-level key naming a job kind is that kind's block (``ray: {...}``)."""
+        if not isinstance(data, dict):
+            return data
+        fields = cls.model_fields
+        extra = [key for key in data if key not in fields]
+        if not extra:
+            return data
+        from corral.kinds.registry import kinds
+
+        names = kinds()
+        blocks = {key: data[key] for key in extra if key in names}
+        if not blocks:
+            return data
+        rest = {key: value for key, value in data.items() if key not in blocks}
+        given = rest.get("kind_options")
+        rest["kind_options"] = {**(given if isinstance(given, dict) else {}), **blocks}
+        return rest
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: Any) -> Any:
+        out = handler(self)
+        if isinstance(out, dict):
+            out.pop("kind_options", None)
+            out.update(self.kind_options)
+        return out
 
     @field_validator("command")
     @classmethod
     def _command(cls, value: list[str] | str) -> list[str] | str:
-        if (isinstance(value, str) and not value.strip()) or (
-            isinstance(value, list) and not value
-        ):
-            raise ValueError("must not be empty")
-        return value
+        return _check_command(value)
 
     @field_validator("time_limit", "runtime_estimate", "grace_period")
     @classmethod
@@ -96,46 +177,61 @@ class JobManifest(Strict):
     @field_validator("env")
     @classmethod
     def _env(cls, value: dict[str, str]) -> dict[str, str]:
-        for key in value:
-            if not key or "=" in key or "\0" in key:
-                raise ValueError(f"invalid variable name {key!r}")
-        return value
+        return _check_env(value)
 
     @model_validator(mode="after")
     def _consistent(self) -> JobManifest:
         gpus = parse_gpus(self.resources.gpus)
+        if self.roles is not None:
+            self._roles_consistent()
         if self.resources.tpu:
             self._tpu_consistent(gpus.kind)
-        if gpus.kind is GpuKind.WHOLE and gpus.count % self.tasks_per_node:
-            raise ValueError(
-                f"resources.gpus: {gpus.count} GPUs per node cannot be split evenly among "
-                f"tasks_per_node={self.tasks_per_node} tasks"
-            )
-        if gpus.kind is GpuKind.FRACTION and self.tasks_per_node != 1:
-            raise ValueError("resources.gpus: a fractional GPU needs tasks_per_node: 1")
-        if gpus.kind is GpuKind.MIG and self.tasks_per_node != 1:
-            raise ValueError(
-                f"resources.gpus: a MIG instance ({gpus.mig_profile}) cannot be shared among "
-                f"tasks; it needs tasks_per_node: 1 (got {self.tasks_per_node})"
-            )
-        if self.resources.gpu_memory and gpus.kind is not GpuKind.FRACTION:
-            raise ValueError(
-                "resources.gpu_memory: only applies to a fractional GPU (0 < gpus < 1)"
-            )
-        if (
-            self.topology is not None
-            and self.topology.level in (TopologyLevel.NODE, TopologyLevel.NVLINK)
-            and (self.nodes or 1) != 1
-        ):
-            raise ValueError(
-                f"topology.level: {self.topology.level.value} keeps a job on one node; "
-                f"it asks for nodes: {self.nodes} (use leaf, spine or zone for gangs)"
-            )
+        _check_shape(self.resources, self.tasks_per_node, self.nodes or 1, self.topology)
         if self.time_limit is not None and self.time_limit <= 0:
             raise ValueError("time_limit: must be positive")
         if isinstance(self.priority, str) and not self.priority.strip():
             raise ValueError("priority: must not be empty")
+        self._kind_consistent()
         return self
+
+    def _roles_consistent(self) -> None:
+        roles = self.roles or []
+        names = [role.name for role in roles]
+        twice = sorted({name for name in names if names.count(name) > 1})
+        if twice:
+            raise ValueError(f"roles: role names must differ ({', '.join(twice)} repeated)")
+        given = [
+            key
+            for key, default in (("nodes", None), ("tasks_per_node", 1))
+            if getattr(self, key) != default
+        ]
+        if self.resources != Resources():
+            given.append("resources")
+        if given:
+            raise ValueError(
+                f"roles: each role has its own nodes, tasks_per_node and resources; "
+                f"remove the top-level {', '.join(given)}"
+            )
+
+    def _kind_consistent(self) -> None:
+        """The kind exists, only its own block is given, and it accepts the job."""
+        from corral.kinds.registry import get_kind
+
+        kind = get_kind(self.kind_name)
+        for name, block in self.kind_options.items():
+            if name != kind.name:
+                raise ValueError(
+                    f"{name}: options of kind {name}, but this job is of kind {kind.name} "
+                    f"(set kind: {name}, or remove the {name} block)"
+                )
+            self.kind_options[name] = kind.options(block)
+        self.to_spec()  # the kind checks and expands it (ValueError: why not)
+
+    @property
+    def kind_name(self) -> str:
+        if self.kind is not None:
+            return self.kind
+        return "tpu" if self.resources.tpu else DEFAULT_KIND
 
     def _tpu_consistent(self, gpus: GpuKind) -> None:
         """A TPU slice: no GPUs, one task per host, placed as a box (no network topology)."""
@@ -154,21 +250,22 @@ class JobManifest(Strict):
             )
 
     def to_spec(self) -> JobSpec:
+        """The core spec, expanded by its kind (``ValueError`` if the kind refuses it)."""
+        from corral.kinds.base import encode_options
+        from corral.kinds.registry import get_kind
+
         res = self.resources
         tpu = parse_tpu(res.tpu) if res.tpu else None
         nodes = self.nodes if self.nodes is not None else (0 if tpu else 1)
-        return JobSpec(
-            command=tuple(self.command) if isinstance(self.command, list) else self.command,
+        kind = get_kind(self.kind_name)
+        spec = JobSpec(
+            command=_frozen(self.command),
             name=self.name,
             queue=self.queue,
             priority=self.priority,
             nodes=nodes,
             tasks_per_node=self.tasks_per_node,
-            gpus=parse_gpus(res.gpus),
-            gpu_model=res.gpu_model,
-            gpu_memory=res.gpu_memory,
-            cpus=res.cpus,
-            memory=res.memory,
+            **_per_node(res),
             tpu=tpu,
             topology=Topology(self.topology.level, self.topology.mode) if self.topology else None,
             placement=self.placement,
@@ -180,6 +277,68 @@ class JobManifest(Strict):
             requeue=self.requeue,
             env=tuple(sorted(self.env.items())),
             workdir=self.workdir,
+            kind=kind.name,
+            roles=tuple(role.to_role() for role in self.roles or ()),
+            kind_options=encode_options(self.kind_options.get(kind.name, {})),
+        )
+        return kind.expand(spec)
+
+
+def _per_node(res: Resources) -> dict[str, Any]:
+    """The core fields of what one node provides (``JobSpec``, ``RoleSpec``)."""
+    return {
+        "gpus": parse_gpus(res.gpus),
+        "gpu_model": res.gpu_model,
+        "gpu_memory": res.gpu_memory,
+        "cpus": res.cpus,
+        "memory": res.memory,
+    }
+
+
+def _frozen(command: list[str] | str) -> tuple[str, ...] | str:
+    return tuple(command) if isinstance(command, list) else command
+
+
+def _check_command(value: list[str] | str) -> list[str] | str:
+    if (isinstance(value, str) and not value.strip()) or (isinstance(value, list) and not value):
+        raise ValueError("command: must not be empty")
+    return value
+
+
+def _check_env(value: dict[str, str]) -> dict[str, str]:
+    for key in value:
+        if not key or "=" in key or "\0" in key:
+            raise ValueError(f"invalid variable name {key!r}")
+    return value
+
+
+def _check_shape(
+    resources: Resources, tasks_per_node: int, nodes: int, topology: TopologyModel | None
+) -> None:
+    """One node's resources split among its tasks; a node-level topology on one node."""
+    gpus = parse_gpus(resources.gpus)
+    if gpus.kind is GpuKind.WHOLE and gpus.count % tasks_per_node:
+        raise ValueError(
+            f"resources.gpus: {gpus.count} GPUs per node cannot be split evenly among "
+            f"tasks_per_node={tasks_per_node} tasks"
+        )
+    if gpus.kind is GpuKind.FRACTION and tasks_per_node != 1:
+        raise ValueError("resources.gpus: a fractional GPU needs tasks_per_node: 1")
+    if gpus.kind is GpuKind.MIG and tasks_per_node != 1:
+        raise ValueError(
+            f"resources.gpus: a MIG instance ({gpus.mig_profile}) cannot be shared among "
+            f"tasks; it needs tasks_per_node: 1 (got {tasks_per_node})"
+        )
+    if resources.gpu_memory and gpus.kind is not GpuKind.FRACTION:
+        raise ValueError("resources.gpu_memory: only applies to a fractional GPU (0 < gpus < 1)")
+    if (
+        topology is not None
+        and topology.level in (TopologyLevel.NODE, TopologyLevel.NVLINK)
+        and nodes != 1
+    ):
+        raise ValueError(
+            f"topology.level: {topology.level.value} keeps a job on one node; "
+            f"it asks for nodes: {nodes} (use leaf, spine or zone for gangs)"
         )
 
 

@@ -22,7 +22,7 @@ from corral.server.errors import install_error_handlers
 from corral.server.home import secure_home
 from corral.server.leader import Leadership
 from corral.server.loop import ControlLoop
-from corral.server.routers import agent, cluster, events, jobs, monitoring
+from corral.server.routers import agent, cluster, events, jobs, monitoring, steps
 from corral.server.services.auth import JOB_KEY, TokenService, server_secret
 from corral.server.services.auth_cache import TokenCache
 from corral.server.telemetry import TelemetryStore
@@ -89,7 +89,7 @@ def create_app(ctx: Context, run_loop: bool = True) -> FastAPI:
     install_error_handlers(app)
     app.add_middleware(BodyLimitMiddleware, ctx=ctx)
     app.add_middleware(AuditMiddleware, ctx=ctx)  # outermost: it sees refusals too
-    for module in (jobs, cluster, agent, monitoring, events):
+    for module in (jobs, steps, cluster, agent, monitoring, events):
         app.include_router(module.router, prefix=API_PREFIX)
     mount_dashboard(app)
     ctx.metrics.bind(ctx)

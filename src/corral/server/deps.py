@@ -38,7 +38,9 @@ async def any_token(
 ) -> TokenRow:
     secret = _secret(credentials)
     if secret and secret.startswith(JOB_TOKEN_PREFIX):
-        raise PermissionDeniedError("a job token can only report its job's checkpoints")
+        raise PermissionDeniedError(
+            "a job token can only report its job's checkpoints, read its logs and run its steps"
+        )
     service = TokenService(ctx)
     row = service.cached(secret)
     if row is None:
@@ -81,13 +83,14 @@ async def node_agent(token: TokenRow = Depends(any_token)) -> TokenRow:
     return token
 
 
-async def checkpoint_caller(
+async def job_caller(
     job_id: Annotated[int, Path(ge=1, le=2**63 - 1)],
     request: Request,
     ctx: Context = Depends(context),
     credentials: HTTPAuthorizationCredentials | None = Depends(bearer),
 ) -> tuple[int, TokenRow | None]:
-    """The job's own token (for its current attempt), or a user or admin token.
+    """The job's own token (for its current attempt), or a user or admin token: for the
+    routes a job calls itself (checkpoints, logs, steps).
 
     Returns ``(attempt, None)`` for a job token (the attempt it names) and
     ``(-1, token)`` otherwise; the route checks the attempt and the job's owner."""

@@ -13,7 +13,7 @@ import pytest
 from corral.agent.discovery import GB
 from corral.agent.host import describe_host
 from corral.schemas.agent import DeviceIn
-from corral.server.services.nodes import visible_devices
+from corral.server.services.launch import visible_devices
 from tests.unit.agent.test_discovery import FakeGpu, FakeMig, fake_nvml
 
 ENABLED = pynvml.NVML_DEVICE_MIG_ENABLE

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from corral.server.services.nodes import share_env
+from corral.server.services.launch import share_env
 
 GIB = 1024**3
 

@@ -64,7 +64,7 @@ class KeptReservation:
         kept = self.job
         return (
             self.state == ctx.snapshot.state
-            and (kept is job or (kept.spec.nodes, kept.spec.tpu) == (job.spec.nodes, job.spec.tpu))
+            and (kept is job or kept.spec.shape_key == job.spec.shape_key)
             and (self.request is request or self.request == request)
             # the same allocations (the same objects, usually: fast), else the same ends
             and (
@@ -138,7 +138,7 @@ class EasyBackfill:
                 # (Keyed by the request's identity: the cycle's are interned, one object
                 # per value; the entry keeps the object, so its id is not reused.)
                 deferred, state = ctx.memo.cycle.deferred_shapes, ctx.snapshot.state
-                shape = (id(request), job.spec.nodes, job.spec.tpu)
+                shape = (id(request), job.spec.shape_key)
                 found = deferred.get(shape)
                 if found is not None and found[0] == state and found[1] is request:
                     return _PASS

@@ -16,6 +16,7 @@ from sqlalchemy import (
     LargeBinary,
     String,
     Text,
+    UniqueConstraint,
     false,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -94,13 +95,62 @@ class TaskRow(Base):
     gpu_seconds_used: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
 
 
-class LogChunkRow(Base):
-    __tablename__ = "log_chunks"
-    __table_args__ = (Index("ix_log_chunks_task", "job_id", "attempt", "rank", "offset"),)
+class StepRow(Base):
+    """A job step: a command a running job started on its own nodes through the agents
+    (``POST /jobs/{id}/steps``), numbered from 1 within the job's attempt."""
+
+    __tablename__ = "steps"
+    __table_args__ = (UniqueConstraint("job_id", "attempt", "step", name="uq_steps_number"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"))
     attempt: Mapped[int] = mapped_column(Integer)
+    step: Mapped[int] = mapped_column(Integer)
+    command: Mapped[list | str] = mapped_column(JSON)
+    env: Mapped[dict] = mapped_column(JSON)
+    workdir: Mapped[str | None] = mapped_column(String(4096))
+    tasks_per_node: Mapped[int] = mapped_column(Integer)
+    size: Mapped[int] = mapped_column(Integer)  # its number of tasks (CORRAL_STEP_WORLD_SIZE)
+    created_by: Mapped[str] = mapped_column(String(128))  # a user, or job:<id> (its token)
+    created_at: Mapped[float] = mapped_column(Float)
+    cancelled_at: Mapped[float | None] = mapped_column(Float)
+
+
+class StepTaskRow(Base):
+    """One process of a step on one node. Never counts towards the job's outcome."""
+
+    __tablename__ = "step_tasks"
+    __table_args__ = (
+        UniqueConstraint("job_id", "attempt", "step", "rank", name="uq_step_tasks_rank"),
+        Index("ix_step_tasks_node_state", "node", "state"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"))
+    attempt: Mapped[int] = mapped_column(Integer)
+    step: Mapped[int] = mapped_column(Integer)
+    rank: Mapped[int] = mapped_column(Integer)  # 0..n-1 over the step's tasks
+    node: Mapped[str] = mapped_column(String(253))
+    local_rank: Mapped[int] = mapped_column(Integer)
+    state: Mapped[str] = mapped_column(String(16))  # pending|running|exited|lost|cancelled
+    pid: Mapped[int | None] = mapped_column(Integer)
+    exit_code: Mapped[int | None] = mapped_column(Integer)
+    started_at: Mapped[float | None] = mapped_column(Float)
+    ended_at: Mapped[float | None] = mapped_column(Float)
+    reason: Mapped[str | None] = mapped_column(Text)
+    log_size: Mapped[int] = mapped_column(BigInteger, default=0)  # as TaskRow's
+    log_dropped: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+class LogChunkRow(Base):
+    __tablename__ = "log_chunks"
+    __table_args__ = (Index("ix_log_chunks_task", "job_id", "attempt", "step", "rank", "offset"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"))
+    attempt: Mapped[int] = mapped_column(Integer)
+    # 0: a task of the job; else the step whose task (of rank ``rank``) logged it
+    step: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     rank: Mapped[int] = mapped_column(Integer)
     offset: Mapped[int] = mapped_column(BigInteger)
     data: Mapped[bytes] = mapped_column(LargeBinary)

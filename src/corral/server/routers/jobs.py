@@ -14,7 +14,7 @@ from corral.schemas.manifest import JobManifest
 from corral.server.audit import note
 from corral.server.context import Context
 from corral.server.db.models import TokenRow
-from corral.server.deps import checkpoint_caller, context, owner_of, user
+from corral.server.deps import context, job_caller, owner_of, user
 from corral.server.services.advice import job_advice
 from corral.server.services.jobs import JobService
 
@@ -35,6 +35,22 @@ IdempotencyKey = Annotated[
 def _own(ctx: Context, job_id: JobId, token: TokenRow) -> JobService:
     service = JobService(ctx)
     service.owner_check(job_id, owner_of(token))
+    return service
+
+
+def _as_job(ctx: Context, job_id: int, caller: tuple[int, TokenRow | None]) -> JobService:
+    """The service for a route the job calls itself: with its own job token only for its
+    current attempt, else for its owner or an admin."""
+    attempt, token = caller
+    if token is not None:
+        return _own(ctx, job_id, token)
+    service = JobService(ctx)
+    current = service.current_attempt(job_id)
+    if attempt != current:
+        raise PermissionDeniedError(
+            f"this job token is for attempt {attempt} of job {job_id}; "
+            f"its current attempt is {current}"
+        )
     return service
 
 
@@ -112,22 +128,11 @@ def checkpoint(
     job_id: JobId,
     body: CheckpointIn,
     ctx: Context = Depends(context),
-    caller: tuple[int, TokenRow | None] = Depends(checkpoint_caller),
+    caller: tuple[int, TokenRow | None] = Depends(job_caller),
 ) -> JobOut:
     """The job reports a checkpoint: with its own ``CORRAL_JOB_TOKEN`` (current attempt
     only), or with its owner's (or an admin's) token."""
-    attempt, token = caller
-    if token is not None:
-        service = _own(ctx, job_id, token)
-    else:
-        service = JobService(ctx)
-        current = service.current_attempt(job_id)
-        if attempt != current:
-            raise PermissionDeniedError(
-                f"this job token is for attempt {attempt} of job {job_id}; "
-                f"its current attempt is {current}"
-            )
-    return service.checkpoint(job_id, body.step, body.path)
+    return _as_job(ctx, job_id, caller).checkpoint(job_id, body.step, body.path)
 
 
 @router.get("/{job_id}/logs", response_model=LogOut)
@@ -136,7 +141,13 @@ def logs(
     task: int = Query(0, ge=0, le=MAX_INT),
     attempt: int | None = Query(None, ge=0, le=MAX_INT),
     offset: int = Query(0, ge=0, le=MAX_INT),
+    step: int = Query(0, ge=0, le=2**31 - 1, description="a step's task log (0: the job's)"),
     ctx: Context = Depends(context),
-    token: TokenRow = Depends(user),
+    caller: tuple[int, TokenRow | None] = Depends(job_caller),
 ) -> LogOut:
-    return _own(ctx, job_id, token).logs(job_id, task, attempt, offset)
+    """A task's log; with ``step``, the log of that step's task of rank ``task``. The job's
+    own token reads its current attempt's logs (``corral step run`` relays its output)."""
+    service = _as_job(ctx, job_id, caller)
+    if caller[1] is None:
+        attempt = caller[0]
+    return service.logs(job_id, task, attempt, offset, step)

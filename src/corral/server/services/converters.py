@@ -11,7 +11,7 @@ from sqlalchemy import Row, select
 from sqlalchemy.orm import Session
 
 from corral.core.allocation import Allocation, TaskAllocation, mig_instance_name
-from corral.core.job import Job, JobSpec, JobState
+from corral.core.job import DEFAULT_ROLE, Job, JobSpec, JobState, RoleSpec
 from corral.core.node import Device, Node, NodeState
 from corral.schemas.api import AttemptOut, DeviceOut, EventOut, JobOut, NodeOut, TaskOut
 from corral.schemas.manifest import JobManifest
@@ -207,9 +207,16 @@ def mig_names(task: TaskRow, devices: Sequence[Mapping[str, Any]] = ()) -> list[
     ]
 
 
-def task_out(row: TaskRow, devices: Sequence[Mapping[str, Any]] = ()) -> TaskOut:
-    """The API view of a task; ``devices``: its node's registered devices (MIG UUIDs)."""
+def task_out(
+    row: TaskRow, devices: Sequence[Mapping[str, Any]] = (), spec: JobSpec | None = None
+) -> TaskOut:
+    """The API view of a task; ``devices``: its node's registered devices (MIG UUIDs);
+    ``spec``: its job's, for its role."""
+    role = spec.role_of(row.rank) if spec is not None and row.rank < spec.world_size else None
     return TaskOut(
+        role=role.name if role else DEFAULT_ROLE,
+        role_rank=role.rank if role else row.rank,
+        daemon=role.daemon if role else False,
         rank=row.rank,
         node=row.node,
         node_rank=row.node_rank,
@@ -251,9 +258,12 @@ def job_out(
         priority_class=row.priority_class,
         preemptible=row.preemptible,
         attempt=row.attempt,
-        nodes=spec.nodes,
+        nodes=spec.node_count,
         tasks_per_node=spec.tasks_per_node,
-        gpus=str(resources.get("gpus", 0)),
+        kind=spec.kind,
+        world_size=spec.world_size,
+        roles=[role_summary(r) for r in spec.roles],
+        gpus=str(resources.get("gpus", 0)) if not spec.roles else role_gpus(spec),
         total_gpus=spec.total_gpus,
         reason=row.reason,
         position=row.position,
@@ -266,7 +276,7 @@ def job_out(
         last_checkpoint_at=row.last_checkpoint_at,
         idle_since=row.idle_since,
         idle=bool(row.idle),
-        tasks=[task_out(t, (devices or {}).get(t.node, ())) for t in current],
+        tasks=[task_out(t, (devices or {}).get(t.node, ()), spec) for t in current],
         attempts=_attempts(tasks, events),
         events=[
             EventOut(
@@ -358,3 +368,22 @@ def node_out(
         devices=devices,
         reason=row.reason,
     )
+
+
+def role_summary(role: RoleSpec) -> str:
+    """``worker: 2 nodes x 8 GPUs, 4 tasks per node``, for the API and ``corral show``."""
+    nodes = f"{role.nodes} node{'s' if role.nodes > 1 else ''}"
+    gpus = (
+        f" x {role.gpus} GPU{'s' if str(role.gpus) != '1' else ''}" if str(role.gpus) != "0" else ""
+    )
+    extra = [f"{role.cpus:g} CPUs"] if role.cpus else []
+    if role.tasks_per_node > 1:
+        extra.append(f"{role.tasks_per_node} tasks per node")
+    if role.daemon:
+        extra.append("serves the others")
+    return f"{role.name}: {nodes}{gpus}" + (f" ({', '.join(extra)})" if extra else "")
+
+
+def role_gpus(spec: JobSpec) -> str:
+    """Per-node GPUs of each role: ``ps:0 worker:8``."""
+    return " ".join(f"{role.name}:{role.gpus}" for role in spec.roles)

@@ -10,8 +10,9 @@ from corral.core.lifecycle import Transition
 from corral.errors import ConflictError, NotFoundError
 from corral.schemas.api import JobOut, LogOut
 from corral.schemas.manifest import JobManifest
+from corral.schemas.steps import FINAL_STEP_TASK_STATES
 from corral.server.context import Context
-from corral.server.db.models import EventRow, JobRow, NodeRow, TaskRow
+from corral.server.db.models import EventRow, JobRow, NodeRow, StepTaskRow, TaskRow
 from corral.server.services.converters import job_out, spec_of
 from corral.server.services.logs import read_log
 from corral.server.services.notify import notify_jobs
@@ -141,10 +142,18 @@ class JobService:
         return self.get(job_id)
 
     def logs(
-        self, job_id: int, rank: int = 0, attempt: int | None = None, offset: int = 0
+        self,
+        job_id: int,
+        rank: int = 0,
+        attempt: int | None = None,
+        offset: int = 0,
+        step: int = 0,
     ) -> LogOut:
         """One task's log from ``offset`` (``services.logs``: bytes dropped past the log cap
-        read as a line that says so); ``complete`` once it ended and all is here."""
+        read as a line that says so); ``complete`` once it ended and all is here. With
+        ``step``, the log of that step's task of rank ``rank``."""
+        if step:
+            return self._step_log(job_id, step, rank, attempt, offset)
         with self.ctx.sessions() as session:
             job = self._row(session, job_id)
             if attempt is None:
@@ -184,6 +193,42 @@ class JobService:
             data=text,
             complete=complete,
         )
+
+    def _step_log(
+        self, job_id: int, step: int, rank: int, attempt: int | None, offset: int
+    ) -> LogOut:
+        """The log of a step's task (of the latest attempt that has the step by default)."""
+        with self.ctx.sessions() as session:
+            self._row(session, job_id)
+            query = select(StepTaskRow).where(
+                StepTaskRow.job_id == job_id, StepTaskRow.step == step, StepTaskRow.rank == rank
+            )
+            if attempt is not None:
+                query = query.where(StepTaskRow.attempt == attempt)
+            task = session.scalar(query.order_by(StepTaskRow.attempt.desc()).limit(1))
+            if task is None:
+                where = "" if attempt is None else f" in attempt {attempt}"
+                raise NotFoundError(f"job {job_id} has no task {rank} of step {step}{where}")
+            settings = self.ctx.settings
+            text, end = read_log(
+                session,
+                task,
+                (job_id, task.attempt, rank),
+                offset,
+                settings.log_chunk_limit,
+                settings.log_cap,
+                step=step,
+            )
+            complete = task.state in FINAL_STEP_TASK_STATES and end >= task.log_size
+            return LogOut(
+                job_id=job_id,
+                attempt=task.attempt,
+                task=rank,
+                step=step,
+                offset=end,
+                data=text,
+                complete=complete,
+            )
 
     @staticmethod
     def _row(session: Session, job_id: int, lock: bool = False) -> JobRow:

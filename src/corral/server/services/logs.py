@@ -5,7 +5,8 @@ far the server has accounted for (what the agent's acks call ``log_offset``), an
 ``TaskRow.log_dropped`` how many of those bytes are not stored: the oldest, deleted once a
 task's stored log passes the cap, and any the agent skipped (a chunk past ``log_size``).
 Readers keep the offset protocol: a gap in the stored chunks is skipped, with one line
-saying how many bytes were dropped there.
+saying how many bytes were dropped there. A job step's task (``StepTaskRow``) keeps its log
+the same way, apart from the job's tasks (``LogChunkRow.step``).
 """
 
 from __future__ import annotations
@@ -16,12 +17,13 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
 from corral.core.units import format_size
-from corral.server.db.models import LogChunkRow, TaskRow
+from corral.server.db.models import LogChunkRow, StepTaskRow, TaskRow
 
 TRIM_BATCH = 256  # chunks looked at per query while trimming
+LogOwner = TaskRow | StepTaskRow  # a process whose log is kept
 
 
-def store_chunk(session: Session, task: TaskRow, offset: int, data: bytes, cap: int) -> None:
+def store_chunk(session: Session, task: LogOwner, offset: int, data: bytes, cap: int) -> None:
     """Store ``data``, found at ``offset`` of ``task``'s log (see the module docstring).
 
     A chunk before ``log_size`` repeats what the server has (ignored); one past it means
@@ -45,6 +47,7 @@ def store_chunk(session: Session, task: TaskRow, offset: int, data: bytes, cap: 
         LogChunkRow(
             job_id=task.job_id,
             attempt=task.attempt,
+            step=step_of(task),
             rank=task.rank,
             offset=task.log_size,
             data=data,
@@ -56,7 +59,7 @@ def store_chunk(session: Session, task: TaskRow, offset: int, data: bytes, cap: 
         task.log_dropped += _trim(session, task, excess)
 
 
-def _trim(session: Session, task: TaskRow, excess: int) -> int:
+def _trim(session: Session, task: LogOwner, excess: int) -> int:
     """Delete the task's oldest chunks until at least ``excess`` bytes are gone; returns
     how many were. (The newest chunk is never among them: it alone fits the cap.)"""
     freed, after = 0, -1
@@ -82,21 +85,24 @@ def _trim(session: Session, task: TaskRow, excess: int) -> int:
 
 def read_log(
     session: Session,
-    task: TaskRow | None,
+    task: LogOwner | None,
     key: tuple[int, int, int],
     offset: int,
     limit: int,
     cap: int,
+    step: int = 0,
 ) -> tuple[str, int]:
-    """The text of one task's log (``key``: job id, attempt, rank) from ``offset``, up to
-    about ``limit`` bytes, and the offset to continue from. A gap (bytes dropped) reads
-    as one line that says so, and the offset moves past it."""
+    """The text of one task's log (``key``: job id, attempt, rank; of step ``step``'s task
+    of that rank unless 0) from ``offset``, up to about ``limit`` bytes, and the offset to
+    continue from. A gap (bytes dropped) reads as one line that says so, and the offset
+    moves past it."""
     job_id, attempt, rank = key
     chunks: Iterable[LogChunkRow] = session.scalars(
         select(LogChunkRow)
         .where(
             LogChunkRow.job_id == job_id,
             LogChunkRow.attempt == attempt,
+            LogChunkRow.step == step,
             LogChunkRow.rank == rank,
             LogChunkRow.offset + func.length(LogChunkRow.data) > offset,
         )
@@ -145,9 +151,15 @@ def _text(data: bytearray) -> str:
     return bytes(data).decode("utf-8", errors="replace")
 
 
-def _of(task: TaskRow) -> tuple:
+def step_of(task: LogOwner) -> int:
+    """The step whose task ``task`` is; 0 for a task of the job itself."""
+    return task.step if isinstance(task, StepTaskRow) else 0
+
+
+def _of(task: LogOwner) -> tuple:
     return (
         LogChunkRow.job_id == task.job_id,
         LogChunkRow.attempt == task.attempt,
+        LogChunkRow.step == step_of(task),
         LogChunkRow.rank == task.rank,
     )

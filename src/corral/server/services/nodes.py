@@ -6,8 +6,7 @@ from __future__ import annotations
 import base64
 import hmac
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
 
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
@@ -15,9 +14,9 @@ from sqlalchemy.orm import Session
 
 from corral.core.job import JobState
 from corral.core.node import NodeState
-from corral.core.resources import MILLI
 from corral.core.tpu import slice_env
 from corral.errors import ConflictError, NotFoundError, PermissionDeniedError
+from corral.kinds.base import JobNode
 from corral.schemas.agent import (
     DesiredTask,
     RegisterRequest,
@@ -31,10 +30,12 @@ from corral.server.context import Context
 from corral.server.db.models import JobRow, NodeRow, TaskRow, TokenRow
 from corral.server.leader import Term
 from corral.server.services.auth import hash_secret, job_token, new_secret
-from corral.server.services.converters import mig_names, node_of, node_out, spec_of
+from corral.server.services.converters import node_of, node_out, spec_of
+from corral.server.services.launch import job_layout, task_launch
 from corral.server.services.logs import store_chunk
 from corral.server.services.notify import notify_jobs
 from corral.server.services.settle import FINAL_TASK_STATES, lose_tasks, settle_job
+from corral.server.services.step_sync import sync_steps
 from corral.server.services.telemetry import ingest
 from corral.server.services.transitions import lock_job, move_node
 
@@ -196,6 +197,7 @@ class NodeService:
                 for key in sorted(keys)
             ]
             desired = self._desired(session, node)
+            steps, step_acks = sync_steps(session, req, desired, self.ctx.settings.log_cap, now)
         for queue, wait in filter(None, started):
             self.ctx.metrics.start_wait.labels(queue).observe(wait)
         notify_jobs(self.ctx, touched, skip=req.node)  # e.g. a failed task's peers must stop
@@ -205,6 +207,8 @@ class NodeService:
         return SyncResponse(
             tasks=desired,
             acks=acks,
+            steps=steps,
+            step_acks=step_acks,
             sync_interval=settings.sync_interval,
             log_cap=settings.log_cap,
         )
@@ -394,14 +398,14 @@ class NodeService:
                 JobRow.state == JobState.RUNNING.value,
             )
         ).all()
-        masters: dict[int, str] = {}
+        layouts: dict[int, tuple[JobNode, ...]] = {}
         slices: dict[int, dict[str, str]] = {}
         desired = []
         for task, job in rows:
-            if job.id not in masters:
-                masters[job.id] = self._master_addr(session, job)
+            if job.id not in layouts:
+                layouts[job.id] = job_layout(session, job)
                 slices[job.id] = self._tpu_env(session, job)
-            launch = task_launch(job, task, masters[job.id], slices[job.id], devices=node.devices)
+            launch = task_launch(job, task, layouts[job.id], slices[job.id], devices=node.devices)
             launch.env["CORRAL_JOB_TOKEN"] = job_token(self.ctx.job_key, job.id, job.attempt)
             desired.append(launch)
         return desired
@@ -424,75 +428,11 @@ class NodeService:
         return slice_env(tpu, hosts)
 
     @staticmethod
-    def _master_addr(session: Session, job: JobRow) -> str:
-        node_name = session.scalar(
-            select(TaskRow.node).where(
-                TaskRow.job_id == job.id, TaskRow.attempt == job.attempt, TaskRow.rank == 0
-            )
-        )
-        node = session.get(NodeRow, node_name) if node_name else None
-        return node.address if node else "127.0.0.1"
-
-    @staticmethod
     def _row(session: Session, name: str) -> NodeRow:
         row = session.get(NodeRow, name)
         if row is None:
             raise NotFoundError(f"no node named {name!r}")
         return row
-
-
-def task_launch(
-    job: JobRow,
-    task: TaskRow,
-    master_addr: str,
-    tpu: dict[str, str] | None = None,
-    devices: Sequence[Mapping[str, Any]] = (),
-) -> DesiredTask:
-    """The process a task runs: command, and the environment of SPEC section 4.
-
-    ``devices`` are the node's registered devices (``DeviceIn`` as stored), whose MIG
-    instance UUIDs name a MIG task's instances in ``CUDA_VISIBLE_DEVICES``.
-
-    A task of a TPU slice also gets ``tpu`` (the slice's shared TPU variables) and
-    ``TPU_WORKER_ID`` (its rank: hosts are ranked in worker order); it holds no GPUs, so
-    ``CUDA_VISIBLE_DEVICES`` is empty. A task holding a share of a GPU also gets
-    :func:`share_env`. (The caller adds ``CORRAL_JOB_TOKEN``.)"""
-    spec = spec_of(job)
-    env = dict(spec.env)
-    env.update(
-        CORRAL_JOB_ID=str(job.id),
-        CORRAL_JOB_NAME=job.name or "",
-        CORRAL_ATTEMPT=str(job.attempt),
-        CORRAL_NODE=task.node,
-        CORRAL_GRACE_PERIOD=f"{spec.grace_period:g}",
-        RANK=str(task.rank),
-        WORLD_SIZE=str(spec.world_size),
-        LOCAL_RANK=str(task.local_rank),
-        LOCAL_WORLD_SIZE=str(spec.tasks_per_node),
-        NODE_RANK=str(task.node_rank),
-        NNODES=str(spec.nodes),
-        GROUP_RANK=str(task.node_rank),
-        MASTER_ADDR=master_addr,
-        MASTER_PORT=str(job.master_port or 29500),
-        CUDA_VISIBLE_DEVICES=visible_devices(task, devices),
-    )
-    env.update(share_env(task))
-    if tpu:
-        env.update(tpu, TPU_WORKER_ID=str(task.rank), CUDA_VISIBLE_DEVICES="")
-    command = list(spec.command) if isinstance(spec.command, tuple) else spec.command
-    return DesiredTask(
-        job_id=job.id,
-        attempt=job.attempt,
-        rank=task.rank,
-        command=command,
-        env=env,
-        workdir=spec.workdir,
-        grace_period=spec.grace_period,
-        gpus=list(task.gpus),
-        user=job.unix_user,
-        cpus=task.cpus or None,
-        memory=task.memory or None,
-    )
 
 
 def _check_credential(row: NodeRow, credential: str | None) -> None:
@@ -531,38 +471,3 @@ def _visible(
         else set()
     )
     return own.__contains__
-
-
-def visible_devices(task: TaskRow, devices: Sequence[Mapping[str, Any]] = ()) -> str:
-    """``CUDA_VISIBLE_DEVICES``: the GPU indices, or for a MIG task its instances.
-
-    A MIG instance is named by the UUID its agent registered for it (``mig_uuids`` of the
-    device in ``devices``, from NVML: ``MIG-<uuid>``); a device without them (simulated or
-    declared) names it ``MIG-<node>-<gpu index>-<slot>``, deterministic.
-    """
-    if task.mig_slots:
-        return ",".join(mig_names(task, devices))
-    return ",".join(str(i) for i in task.gpus)
-
-
-def share_env(task: TaskRow) -> dict[str, str]:
-    """What a task holding a share of a GPU (``gpu_milli`` < 1000) is told of it:
-    ``CORRAL_GPU_FRACTION`` (the share as a decimal, ``0.5``), ``CORRAL_GPU_MEMORY`` (the
-    device memory promised to it in bytes, when the request had ``gpu_memory``) and
-    ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` (``round(100 * share)``, at least 1).
-
-    Nothing for whole GPUs, MIG instances or no GPU: an absent ``CORRAL_GPU_FRACTION``
-    means whole devices. Corral does not know whether a node runs the MPS control daemon,
-    so the MPS variable is set for every share: CUDA reads it only in a process that
-    connects to an MPS server, and runs as usual without one.
-    """
-    milli = task.gpu_milli or MILLI
-    if not task.gpus or task.mig_slots or milli >= MILLI:
-        return {}
-    env = {
-        "CORRAL_GPU_FRACTION": f"{milli / MILLI:g}",
-        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(max(1, round(milli / 10))),
-    }
-    if task.gpu_memory:
-        env["CORRAL_GPU_MEMORY"] = str(task.gpu_memory)
-    return env

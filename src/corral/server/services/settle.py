@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from sqlalchemy.orm import Session
 
-from corral.core.job import JobState
+from corral.core.job import JobSpec, JobState
 from corral.server.db.models import JobRow, TaskRow
 from corral.server.services.converters import spec_of
 from corral.server.services.transitions import move_job
@@ -18,7 +18,9 @@ def settle_job(session: Session, job: JobRow, tasks: Sequence[TaskRow], now: flo
     """Move ``job`` on once its current attempt's ``tasks`` say so.
 
     Running: the first task to exit non-zero fails the job (its peers are then stopped);
-    all tasks exiting 0 succeed it. Preempting: once every task has let go of its devices,
+    all tasks exiting 0 succeed it, or, for a job with daemon roles (a Ray job's workers,
+    an MPI job's rank holders), all tasks of its other roles (its daemons are then
+    stopped). Preempting: once every task has let go of its devices,
     the job is requeued when it exited 0 or asks for ``requeue``, else it fails.
     """
     current = [t for t in tasks if t.attempt == job.attempt]
@@ -32,10 +34,22 @@ def settle_job(session: Session, job: JobRow, tasks: Sequence[TaskRow], now: flo
             first = failed[0]
             job.exit_code = first.exit_code
             move_job(session, job, JobState.FAILED, task_failure(first), now)
-        elif all(t.state == "exited" for t in current):
-            job.exit_code = 0
-            what = "the task" if len(current) == 1 else f"all {len(current)} tasks"
-            move_job(session, job, JobState.SUCCEEDED, f"{what} exited 0", now)
+        else:
+            spec = spec_of(job)
+            daemons = daemon_ranks(spec)
+            ending = [t for t in current if t.rank not in daemons]
+            if ending and all(t.state == "exited" for t in ending):
+                job.exit_code = 0
+                what = "the task" if len(ending) == 1 else f"all {len(ending)} tasks"
+                why = f"{what} exited 0"
+                if daemons:
+                    serving = len(daemons)
+                    why += (
+                        "; the task serving it was stopped"
+                        if serving == 1
+                        else f"; the {serving} tasks serving it were stopped"
+                    )
+                move_job(session, job, JobState.SUCCEEDED, why, now)
     elif job.state == JobState.PREEMPTING.value and all(t.released for t in current):
         clean = all(t.state == "exited" and t.exit_code == 0 for t in current)
         if clean or _requeue(job):
@@ -52,6 +66,17 @@ def settle_job(session: Session, job: JobRow, tasks: Sequence[TaskRow], now: flo
                 f"preempted; exited with code {', '.join(codes) or '?'} and requeue is false" + why,
                 now,
             )
+
+
+def daemon_ranks(spec: JobSpec) -> set[int]:
+    """Ranks of the tasks of ``spec``'s daemon roles (``RoleSpec.daemon``)."""
+    ranks: set[int] = set()
+    offset = 0
+    for role in spec.roles:
+        if role.daemon:
+            ranks.update(range(offset, offset + role.world_size))
+        offset += role.world_size
+    return ranks
 
 
 def task_failure(task: TaskRow) -> str:

@@ -108,7 +108,10 @@ export function mount(root, { id }) {
       ["user", job.user],
       ["queue", h("span", {}, h("i", { class: "swatch", style: { background: queueColor(job.queue) } }), link("#/queues", job.queue))],
       ["priority", `${job.priority_class ?? job.priority}${job.preemptible ? " · preemptible" : " · not preemptible"}`],
-      ["resources", `${job.nodes} node(s) × ${job.tasks_per_node} task(s) · ${jobGpus(job)} GPUs`],
+      ["kind", job.kind],
+      job.roles.length
+        ? ["roles", h("span", { id: "job-roles" }, job.roles.map((r) => h("div", {}, r)))]
+        : ["resources", `${job.nodes} node(s) × ${job.tasks_per_node} task(s) · ${jobGpus(job)} GPUs`],
       ["submitted", `${fmtClock(job.submitted_at)} (${fmtRelative(job.submitted_at, now)})`],
       ["started", job.started_at ? `${fmtClock(job.started_at)} · ran ${fmtDuration((job.ended_at ?? now) - job.started_at)}` : "–"],
       job.idle_since ? ["idle", h("span", { id: "job-idle-since" }, `GPUs near 0% since ${fmtClock(job.idle_since)} (${fmtDuration(now - job.idle_since)})${job.idle ? " · flagged" : ""}`)] : null,
@@ -119,8 +122,10 @@ export function mount(root, { id }) {
     ].filter(Boolean);
     fill(info, facts.map(([k, v]) => [h("dt", {}, k), h("dd", {}, v)]));
     fill(placement, job.tasks.length ? h("table", { class: "table" },
-      h("thead", {}, h("tr", {}, ["rank", "node", "local", "GPUs", "state", "pid", "exit"].map((c) => h("th", {}, c)))),
-      h("tbody", {}, [...job.tasks].sort((a, b) => a.rank - b.rank).map((t) => h("tr", { dataset: { rank: t.rank } },
+      h("thead", {}, h("tr", {}, [...(job.roles.length ? ["role", "role rank"] : []), "rank", "node", "local", "GPUs", "state", "pid", "exit"].map((c) => h("th", {}, c)))),
+      h("tbody", {}, [...job.tasks].sort((a, b) => a.rank - b.rank).map((t) => h("tr", { dataset: { rank: t.rank, role: t.role } },
+        job.roles.length ? h("td", {}, t.role) : null,
+        job.roles.length ? h("td", { class: "num" }, t.role_rank) : null,
         h("td", { class: "num" }, t.rank),
         h("td", {}, link(`#/nodes/${encodeURIComponent(t.node)}`, t.node)),
         h("td", { class: "num" }, t.local_rank),
@@ -143,7 +148,7 @@ export function mount(root, { id }) {
   }
 
   function renderLogControls() {
-    const world = job.nodes * job.tasks_per_node;
+    const world = job.world_size;
     const attemptsSeen = [...new Set([...job.attempts.map((a) => a.attempt), job.attempt])].sort((a, b) => a - b);
     const taskSel = h("select", { id: "log-task", onchange: (e) => { log.task = Number(e.target.value); resetLog(); } },
       Array.from({ length: Math.min(world, 256) }, (_, i) => h("option", { value: i, selected: i === log.task }, `task ${i}`)));
