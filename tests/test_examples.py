@@ -65,7 +65,7 @@ def test_example_job_kinds_parse() -> None:
         path.stem: load_manifest(path.read_text(), str(path)).to_spec()
         for path in sorted((EXAMPLES / "kinds").glob("*.yaml"))
     }
-    assert set(specs) == {"ps-workers", "jax", "mpi"}
+    assert set(specs) == {"ps-workers", "jax", "mpi", "ray"}
     assert [r.name for r in specs["ps-workers"].roles] == ["ps", "worker"]
     assert specs["ps-workers"].world_size == 17
     assert specs["jax"].kind == "jax"
@@ -73,3 +73,4 @@ def test_example_job_kinds_parse() -> None:
         ("worker", True),
         ("launcher", False),
     ]
+    assert specs["ray"].roles[0].name == "head"

@@ -26,6 +26,7 @@ JOBS = """
   nodes: 2
   tasks_per_node: 2
   resources: {gpus: 2}
+- {name: ray, kind: ray, submit_time: 5, duration: 10, nodes: 2, resources: {gpus: 1, cpus: 1}}
 """
 
 
@@ -48,6 +49,6 @@ def test_roles_and_kinds_hold_every_role_and_never_overlap_what_they_exclude(
     het = jobs["het"]
     assert all(j["end_time"] is not None for j in jobs.values())
     # het holds 16 GPUs (both nodes) for 100 s: no other job can run beside it
-    for other in (jobs[name] for name in ("whole", "jax", "mpi")):
+    for other in (jobs[name] for name in ("whole", "jax", "mpi", "ray")):
         assert other["end_time"] <= het["start_time"] or other["start_time"] >= het["end_time"]
     assert het["end_time"] - het["start_time"] == 100

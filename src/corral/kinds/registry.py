@@ -22,9 +22,10 @@ def _builtins() -> list[JobKind]:
     from corral.kinds.jax import JaxKind
     from corral.kinds.mpi import MpiKind
     from corral.kinds.pytorch import PyTorchKind
+    from corral.kinds.ray import RayKind
     from corral.kinds.tpu import TpuKind
 
-    return [PyTorchKind(), JaxKind(), MpiKind(), TpuKind()]
+    return [PyTorchKind(), JaxKind(), MpiKind(), RayKind(), TpuKind()]
 
 
 @cache
