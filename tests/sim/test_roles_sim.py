@@ -26,7 +26,7 @@ JOBS = """
   nodes: 2
   tasks_per_node: 2
   resources: {gpus: 2}
-- {name: ray, kind: ray, submit_time: 5, duration: 10, nodes: 2, resources: {gpus: 1, cpus: 1}}
+- {name: ray, kind: ray, submit_time: 5, duration: 10, nodes: 3, resources: {gpus: 1, cpus: 1}}
 """
 
 

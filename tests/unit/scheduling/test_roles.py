@@ -102,3 +102,22 @@ def test_preemption_frees_room_for_a_job_with_roles() -> None:
     het = job(1).roles(*PS_AND_WORKERS).priority(100).build()
     decisions = schedule(state, [het], SchedulerConfig(), now=0.0)
     assert {victim for victim, _ in decisions.preemptions} == {10, 11}
+
+
+def test_backfill_and_estimates_plan_every_role() -> None:
+    """A job with roles that must wait gets an estimated start (the plan places all its
+    roles) and a reservation: a job behind it backfills only if it ends before then."""
+    now = 1000.0
+    busy = allocation(9).whole_node("n1").ends(now + 100).build()
+    state = cluster(*nodes16(3), allocations=[busy])
+    workers = role("worker", 3, gpus=8, cpus=4.0)
+    het = job(1).roles(role("ps", 1, cpus=2.0), workers).priority(10).runtime_estimate(60)
+    config = legacy(backfill=True)
+    for runtime, backfills in ((50, True), (500, False)):
+        behind = job(2).gpus(8).runtime_estimate(runtime).submitted(5)
+        decisions = schedule(state, [het.build(), behind.build()], config, now=now)
+        assert [a.job_id for a in decisions.placements] == ([2] if backfills else [])
+        waiting = decisions.pending[1]
+        assert waiting.estimated_start == now + 100, waiting
+        if not backfills:
+            assert "reserved for job 1" in decisions.pending[2].reason
