@@ -9,13 +9,18 @@ from pathlib import Path
 
 import pytest
 
+from corral.core.hostlist import expand
 from tests.e2e.cluster import LocalCluster
 
 RECORD = r"""
 import json, os, sys, time
 keys = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "NNODES",
         "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES", "CORRAL_JOB_ID", "CORRAL_ATTEMPT",
-        "CORRAL_NODE", "CORRAL_CHECKPOINT_DIR", "CORRAL_GRACE_PERIOD", "CUSTOM")
+        "CORRAL_NODE", "CORRAL_CHECKPOINT_DIR", "CORRAL_GRACE_PERIOD", "CUSTOM",
+        "SLURM_JOB_ID", "SLURM_JOB_NAME", "SLURM_JOB_NODELIST", "SLURM_NODELIST",
+        "SLURM_JOB_NUM_NODES", "SLURM_NTASKS", "SLURM_NTASKS_PER_NODE", "SLURM_PROCID",
+        "SLURM_LOCALID", "SLURM_NODEID", "SLURM_GPUS_ON_NODE", "SLURM_SUBMIT_DIR",
+        "SLURM_CPUS_PER_TASK")
 rec = {k: os.environ.get(k) for k in keys}
 rec["start"] = time.time()
 rec["pid"] = os.getpid()
@@ -80,6 +85,26 @@ def test_two_node_gang_sees_a_consistent_distributed_environment(
         # global rank = node_rank * 8 + local_rank
         for r in node_recs:
             assert int(r["RANK"]) == int(r["NODE_RANK"]) * 8 + int(r["LOCAL_RANK"])
+
+    # SLURM_* (SPEC 9): Slurm's names for the same ranks; the nodes in node-rank order
+    first = next(r["CORRAL_NODE"] for r in recs if r["RANK"] == "0")
+    second = ({"node-a", "node-b"} - {first}).pop()
+    for r in recs:
+        assert (r["SLURM_PROCID"], r["SLURM_LOCALID"], r["SLURM_NODEID"]) == (
+            r["RANK"],
+            r["LOCAL_RANK"],
+            r["NODE_RANK"],
+        )
+        assert (r["SLURM_JOB_ID"], r["SLURM_JOB_NAME"]) == (str(job.id), Path(sys.executable).name)
+        assert r["SLURM_JOB_NODELIST"] == r["SLURM_NODELIST"] == f"{first},{second}"
+        assert expand(r["SLURM_JOB_NODELIST"])[int(r["NODE_RANK"])] == r["CORRAL_NODE"]
+        assert (r["SLURM_JOB_NUM_NODES"], r["SLURM_NTASKS"], r["SLURM_NTASKS_PER_NODE"]) == (
+            "2",
+            "16",
+            "8",
+        )
+        assert (r["SLURM_GPUS_ON_NODE"], r["SLURM_SUBMIT_DIR"]) == ("8", str(tmp_path))
+        assert r["SLURM_CPUS_PER_TASK"] is None  # the job asked for no CPUs
 
     shown = client.get(job.id)
     assert [t.rank for t in shown.tasks] == list(range(16))

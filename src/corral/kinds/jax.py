@@ -1,9 +1,10 @@
 """``kind: jax``: ``jax.distributed.initialize()`` with no arguments joins every task.
 
 JAX finds its peers by cluster detection. Each task gets ``JAX_COORDINATOR_ADDRESS``
-(rank 0's node and the job's free port there) and the variables of JAX's Slurm cluster
+(rank 0's node and the job's free port there); the variables of JAX's Slurm cluster
 detection (``SLURM_JOB_ID``, ``SLURM_NTASKS``, ``SLURM_PROCID``, ``SLURM_LOCALID``,
-``SLURM_STEP_NODELIST``): process count, process id and local id. A task holding GPUs also
+``SLURM_STEP_NODELIST``: process count, process id and local id) are those every task
+gets (``corral.server.services.launch.slurm_env``, SPEC 9). A task holding GPUs also
 gets ``JAX_LOCAL_DEVICE_IDS`` (its devices as the process sees them, ``0..n-1``, since
 ``CUDA_VISIBLE_DEVICES`` already narrows them). On a TPU slice the slice's ``TPU_*``
 variables are set as for every TPU job.
@@ -33,19 +34,8 @@ class JaxKind:
 
 
 def jax_env(task: TaskContext) -> dict[str, str]:
-    names = []
-    for node in task.nodes:
-        if node.name not in names:
-            names.append(node.name)
-    env = {
-        "JAX_COORDINATOR_ADDRESS": f"{task.master_addr}:{task.master_port}",
-        "SLURM_JOB_ID": str(task.job_id),
-        "SLURM_NTASKS": str(task.spec.world_size),
-        "SLURM_PROCID": str(task.rank),
-        "SLURM_LOCALID": str(task.local_rank),
-        "SLURM_STEP_NODELIST": ",".join(names),
-        "SLURM_STEP_NUM_NODES": str(len(names)),
-    }
+    """What JAX needs beyond the ``SLURM_*`` variables every task sees."""
+    env = {"JAX_COORDINATOR_ADDRESS": f"{task.master_addr}:{task.master_port}"}
     if task.gpus:
         env["JAX_LOCAL_DEVICE_IDS"] = ",".join(str(i) for i in range(len(task.gpus)))
     return env

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from corral.core.hostlist import compress
 from corral.core.job import DEFAULT_ROLE
-from corral.core.resources import MILLI
+from corral.core.resources import MILLI, GpuKind, GpuRequest
 from corral.kinds.base import JobNode, TaskContext
 from corral.kinds.registry import get_kind
 from corral.schemas.agent import DesiredTask
@@ -63,7 +65,8 @@ def task_launch(
     A task of a TPU slice also gets ``tpu`` (the slice's shared TPU variables) and
     ``TPU_WORKER_ID`` (its rank: hosts are ranked in worker order); it holds no GPUs, so
     ``CUDA_VISIBLE_DEVICES`` is empty. A task holding a share of a GPU also gets
-    :func:`share_env`. (The caller adds ``CORRAL_JOB_TOKEN``.)"""
+    :func:`share_env`. Every task gets :func:`slurm_env` (SPEC 9), except the variables
+    the job's own ``env`` sets. (The caller adds ``CORRAL_JOB_TOKEN``.)"""
     spec = spec_of(job)
     role = spec.role_of(task.rank)
     master_addr = nodes[0].address if nodes else "127.0.0.1"
@@ -92,6 +95,8 @@ def task_launch(
         CUDA_VISIBLE_DEVICES=visible_devices(task, devices),
     )
     env.update(share_env(task))
+    for key, value in slurm_env(job, task, nodes).items():
+        env.setdefault(key, value)  # the job's env (already in env) wins
     if tpu:
         env.update(tpu, TPU_WORKER_ID=str(task.rank), CUDA_VISIBLE_DEVICES="")
     context = TaskContext(
@@ -125,6 +130,70 @@ def task_launch(
         cpus=task.cpus or None,
         memory=task.memory or None,
     )
+
+
+def slurm_env(job: JobRow, task: TaskRow, nodes: Sequence[JobNode]) -> dict[str, str]:
+    """What Slurm sets in a job step's tasks (SPEC 9), so that code reading ``SLURM_*``
+    (PyTorch Lightning, submitit, JAX's cluster detection) runs unchanged.
+
+    The ids equal section 4's: ``SLURM_PROCID`` is ``RANK``, ``SLURM_LOCALID``
+    ``LOCAL_RANK``, ``SLURM_NODEID`` ``NODE_RANK``, ``SLURM_NTASKS`` ``WORLD_SIZE`` and
+    ``SLURM_NTASKS_PER_NODE`` ``LOCAL_WORLD_SIZE``. The node lists (``SLURM_JOB_NODELIST``,
+    ``SLURM_NODELIST``, ``SLURM_STEP_NODELIST``) name the job's distinct machines in
+    node-rank order (a hostlist that keeps order: its first host holds rank 0, as under
+    Slurm, where scripts take it for the master), and ``SLURM_JOB_NUM_NODES`` counts them.
+    ``SLURM_CPUS_PER_TASK`` only when the job (its role) asks for CPUs,
+    ``SLURM_GPUS_ON_NODE`` only when it holds GPUs on the node, ``SLURM_SUBMIT_DIR`` only
+    when it has a ``workdir``. No array variables yet, no ``SLURM_JOBID`` alias (Open
+    MPI's ``mpirun`` would take it for a Slurm allocation and launch through ``srun``)."""
+    spec = spec_of(job)
+    role = spec.role_of(task.rank)
+    names = list(dict.fromkeys(node.name for node in nodes)) or [task.node]
+    nodelist = compress(names, sort=False)
+    env = {
+        "SLURM_JOB_ID": str(job.id),
+        "SLURM_JOB_NAME": job.name or _command_name(spec.command),
+        "SLURM_JOB_NODELIST": nodelist,
+        "SLURM_NODELIST": nodelist,
+        "SLURM_STEP_NODELIST": nodelist,
+        "SLURM_JOB_NUM_NODES": str(len(names)),
+        "SLURM_NNODES": str(len(names)),
+        "SLURM_STEP_NUM_NODES": str(len(names)),
+        "SLURM_NTASKS": str(spec.world_size),
+        "SLURM_NTASKS_PER_NODE": str(role.tasks_per_node),
+        "SLURM_PROCID": str(task.rank),
+        "SLURM_LOCALID": str(task.local_rank),
+        "SLURM_NODEID": str(task.node_rank),
+    }
+    part = spec.parts[role.index]
+    if part.cpus:
+        env["SLURM_CPUS_PER_TASK"] = str(max(1, int(part.cpus / part.tasks_per_node)))
+    roles = {r.name: p for r, p in zip(spec.roles, spec.parts, strict=False)}  # none: ()
+    gpus = sum(
+        _devices(roles.get(node.role, part).gpus) for node in nodes if node.name == task.node
+    ) or _devices(part.gpus)
+    if gpus:
+        env["SLURM_GPUS_ON_NODE"] = str(gpus)
+    if spec.workdir:
+        env["SLURM_SUBMIT_DIR"] = spec.workdir
+    return env
+
+
+def _command_name(command: tuple[str, ...] | str) -> str:
+    """The job name Slurm gives a job without one: its program's base name (``wrap``
+    for a shell command line, as ``sbatch --wrap``)."""
+    if isinstance(command, str) or not command:
+        return "wrap"
+    return posixpath.basename(command[0]) or command[0]
+
+
+def _devices(gpus: GpuRequest) -> int:
+    """GPUs a node's request holds: whole GPUs or MIG instances, one shared GPU."""
+    if gpus.kind is GpuKind.FRACTION:
+        return 1
+    if gpus.kind in (GpuKind.WHOLE, GpuKind.MIG):
+        return max(gpus.count, 1)
+    return 0
 
 
 def visible_devices(task: TaskRow, devices: Sequence[Mapping[str, Any]] = ()) -> str:
