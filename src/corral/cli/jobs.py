@@ -1,4 +1,4 @@
-"""Job commands: submit, jobs, show, logs, cancel, wait, preempt."""
+"""Job commands: submit, jobs, show, logs, cancel, hold, release, wait, preempt."""
 
 from __future__ import annotations
 
@@ -92,6 +92,13 @@ def submit(
     requeue: Annotated[bool | None, typer.Option("--requeue/--no-requeue")] = None,
     env: Annotated[list[str] | None, typer.Option("--env", "-e", help="K=V, repeatable")] = None,
     workdir: Annotated[str | None, typer.Option(help="working directory of the tasks")] = None,
+    dependency: Annotated[
+        str | None,
+        typer.Option("--dependency", "-d", help="e.g. afterok:12:13,afterany:14 or singleton"),
+    ] = None,
+    hold: Annotated[
+        bool, typer.Option("--hold", "-H", help="submit held: not scheduled until released")
+    ] = False,
     server: ServerOpt = None,
     token: TokenOpt = None,
     output: OutputOpt = Output.table,
@@ -119,6 +126,8 @@ def submit(
             "grace_period": grace_period,
             "requeue": requeue,
             "workdir": workdir,
+            "dependency": dependency,
+            "hold": hold or None,
         },
         env or [],
     )
@@ -216,6 +225,30 @@ def cancel(
     """Cancel jobs; running tasks get SIGTERM, then SIGKILL after the grace period."""
     c = client(server, token)
     _print_states([c.cancel(j) for j in job_ids], output)
+
+
+@app.command()
+def hold(
+    job_ids: Annotated[list[int], typer.Argument(metavar="JOB...")],
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+    output: OutputOpt = Output.table,
+) -> None:
+    """Hold pending jobs: they are not scheduled until released."""
+    c = client(server, token)
+    _print_states([c.hold(j) for j in job_ids], output)
+
+
+@app.command()
+def release(
+    job_ids: Annotated[list[int], typer.Argument(metavar="JOB...")],
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+    output: OutputOpt = Output.table,
+) -> None:
+    """Release held jobs."""
+    c = client(server, token)
+    _print_states([c.release(j) for j in job_ids], output)
 
 
 @app.command()

@@ -108,6 +108,8 @@ def job_panel(job: JobOut, now: float, advice: list[str] | None = None) -> Group
     rows = [
         ("State", job_state_text(job)),
         ("Reason", Text(job.reason or "-")),
+        *([("Depends on", Text(job.dependency))] if job.dependency else []),
+        *([("Held", "yes (corral release to let it run)")] if job.held else []),
         *([("Est. start", _estimate(job.estimated_start, now))] if job.state == "pending" else []),
         ("Queue", f"{job.queue} (position {job.position})" if job.position else job.queue),
         ("User", Text(job.user)),

@@ -179,6 +179,14 @@ class Client:
             self.request("POST", f"/jobs/{job_id}/cancel", idempotent=True)
         )
 
+    def hold(self, job_id: int) -> JobOut:
+        """Keep a pending job from being scheduled until :meth:`release`."""
+        return JobOut.model_validate(self.request("POST", f"/jobs/{job_id}/hold"))
+
+    def release(self, job_id: int) -> JobOut:
+        """Let a held job be scheduled again."""
+        return JobOut.model_validate(self.request("POST", f"/jobs/{job_id}/release"))
+
     def preempt(self, job_id: int) -> JobOut:
         return JobOut.model_validate(
             self.request("POST", f"/jobs/{job_id}/preempt", idempotent=True)

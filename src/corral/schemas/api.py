@@ -95,6 +95,8 @@ class JobOut(BaseModel):
     last_checkpoint_at: float | None = None  # the job's last reported checkpoint
     idle_since: float | None = None  # since when its GPUs have stayed near 0% utilization
     idle: bool = False  # idle for longer than its queue's idle policy allows (flagged)
+    held: bool = False  # ``corral hold``: not scheduled until released
+    dependency: str | None = None  # what it waits for (Slurm syntax), as submitted
     tasks: list[TaskOut] = Field(default_factory=list)
     attempts: list[AttemptOut] = Field(default_factory=list)
     events: list[EventOut] = Field(default_factory=list)

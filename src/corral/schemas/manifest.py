@@ -11,6 +11,7 @@ from typing import Annotated, Any
 import yaml
 from pydantic import Field, field_validator, model_serializer, model_validator
 
+from corral.core.dependency import parse_dependency
 from corral.core.job import (
     DEFAULT_KIND,
     JobSpec,
@@ -132,6 +133,10 @@ class JobManifest(Strict):
     roles: list[RoleModel] | None = Field(default=None, min_length=1, max_length=MAX_ROLES)
     # the kinds' blocks (``mpi: {...}``), by kind name: written as top-level keys
     kind_options: dict[Short, dict[Short, Any]] = Field(default_factory=dict)
+    # Slurm's ``--dependency`` (``afterok:12,afterany:14``; ``core.dependency``); in a
+    # simulator jobs file the jobs are named by their ``name``
+    dependency: str | None = Field(default=None, max_length=4096)
+    hold: bool | None = None  # submitted held: not scheduled until released
 
     @model_validator(mode="before")
     @classmethod
@@ -161,6 +166,16 @@ class JobManifest(Strict):
             out.pop("kind_options", None)
             out.update(self.kind_options)
         return out
+
+    @field_validator("dependency")
+    @classmethod
+    def _dependency(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        try:
+            return str(parse_dependency(value))
+        except ValueError as exc:
+            raise ValueError(f"not a valid dependency: {exc}") from None
 
     @field_validator("command")
     @classmethod

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from enum import IntEnum
 
 from corral.core.allocation import Allocation
+from corral.core.dependency import Observed, Verdict, evaluate
 from corral.core.job import Job, JobSpec, JobState
 from corral.core.node import Node, NodeState
 from corral.errors import ValidationError
@@ -113,6 +114,8 @@ class Simulator:
         self._seq = 0
         self._runs: list[_Run] = []
         self._pending: dict[int, _Run] = {}  # job id -> run, in arrival order
+        self._waiting: dict[int, _Run] = {}  # arrived, its dependency not yet satisfied
+        self._by_name: dict[str, _Run] = {}  # every job that arrived
         self._running: dict[int, _Run] = {}
         self._allocated = 0.0
         self._samples: list[Sample] = []
@@ -152,7 +155,7 @@ class Simulator:
                 self._cycle(now)
                 if self.progress:
                     self.progress(self._ended, total)
-        for run in [*self._pending.values(), *self._running.values()]:
+        for run in [*self._waiting.values(), *self._pending.values(), *self._running.values()]:
             run.outcome, run.reason = Outcome.UNFINISHED, run.reason or "never started"
         return SimResult(
             jobs=tuple(self._record(r) for r in self._runs),
@@ -222,14 +225,56 @@ class Simulator:
         )
         run = _Run(job, core, job.spec.total_gpus)
         self._runs.append(run)
+        self._by_name[job.name] = run
         if refused:
             run.outcome, run.reason, run.end = Outcome.REFUSED, refused, now
             self._ended += 1
             return False
-        self._pending[job_id] = run
-        if self._mixes is not None:
-            self._mixes.add(job_id, spec)
+        if job.dependency is not None:
+            self._waiting[job_id] = run  # the scheduler sees it once it holds (``_gate``)
+            return True
+        self._submit(run)
         return True
+
+    def _submit(self, run: _Run) -> None:
+        """Hand an arrived job to the scheduler."""
+        self._pending[run.core.id] = run
+        if self._mixes is not None:
+            self._mixes.add(run.core.id, run.core.spec)
+
+    def _observed(self, name: str) -> Observed:
+        """A job as a dependency sees it (one not arrived yet: pending, never started)."""
+        run = self._by_name.get(name)
+        if run is None:
+            return Observed(JobState.PENDING)
+        state = _OUTCOME_STATES.get(run.outcome) if run.outcome else run.core.state
+        return Observed(state or JobState.PENDING, run.first_start is not None)
+
+    def _gate(self, now: float) -> bool:
+        """Submit the waiting jobs whose dependency holds and cancel those whose never
+        will, until nothing changes (a cancellation may decide another); True if any
+        was submitted. Names are unique in a jobs file: ``singleton`` never waits."""
+        submitted, changed = False, True
+        while changed and self._waiting:
+            changed = False
+            for job_id, run in list(self._waiting.items()):
+                dependency = run.job.dependency
+                assert dependency is not None
+                observed = {ref: self._observed(ref) for ref in dependency.refs}
+                gate = evaluate(dependency, observed)
+                if gate.verdict is Verdict.WAITING:
+                    run.reason = gate.reason
+                    continue
+                del self._waiting[job_id]
+                changed = True
+                if gate.verdict is Verdict.SATISFIED:
+                    run.reason = None
+                    self._submit(run)
+                    submitted = True
+                else:
+                    run.outcome, run.reason, run.end = Outcome.CANCELLED, gate.reason, now
+                    self._ended += 1
+        return submitted
 
     def _start(self, run: _Run, alloc: Allocation, now: float) -> None:
         del self._pending[run.core.id]
@@ -352,6 +397,15 @@ class Simulator:
             self._memo = SchedulingMemo()
 
     def _cycle(self, now: float) -> None:
+        self._gate(now)
+        # a start may satisfy an ``after``: schedule again what that lets in
+        while self._schedule(now) and self._waiting and self._gate(now):
+            pass
+        self._sample(now)
+
+    def _schedule(self, now: float) -> bool:
+        """One scheduling pass over the pending jobs; True if it started any."""
+        running = len(self._running)
         if self._pending:
             self._learn_mix()
             state = ClusterState(
@@ -365,7 +419,7 @@ class Simulator:
             pending = [r.core for r in self._pending.values()]
             decisions = schedule(state, pending, self.config, now, self.profile, estimate=False)
             self._apply(decisions, now)
-        self._sample(now)
+        return len(self._running) > running
 
     def _apply(self, decisions: Decisions, now: float) -> None:
         for job_id, why in decisions.preemptions:
@@ -396,7 +450,7 @@ class Simulator:
         sample = Sample(
             time=now,
             allocated_gpus=round(self._allocated, 6),
-            pending_jobs=len(self._pending),
+            pending_jobs=len(self._pending) + len(self._waiting),
             running_jobs=len(self._running),
             fragmented_gpus=self._last_frag,
         )
@@ -439,6 +493,14 @@ class Simulator:
             reason=run.reason,
             promised_start=run.promised,
         )
+
+
+_OUTCOME_STATES = {
+    Outcome.COMPLETED: JobState.SUCCEEDED,
+    Outcome.FAILED: JobState.FAILED,
+    Outcome.REFUSED: JobState.FAILED,  # never ran: an afterok on it is never satisfied
+    Outcome.CANCELLED: JobState.CANCELLED,
+}
 
 
 def with_workload_queues(config: SchedulerConfig, workload: Workload) -> SchedulerConfig:

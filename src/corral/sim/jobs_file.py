@@ -1,6 +1,8 @@
 """The simulator's jobs file (SPEC section 5): a YAML or JSON list of manifests, each with
 ``submit_time`` and ``duration`` (seconds, or strings such as ``15m``) and optionally
-``checkpoint_interval`` and ``user`` (who submits it: ``SimJob.user``)."""
+``checkpoint_interval`` and ``user`` (who submits it: ``SimJob.user``). A ``dependency``
+names other jobs of the file by ``name`` (``afterok:prep``); ``hold`` is refused (nothing
+would release the job)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from corral.core.dependency import parse_dependency
 from corral.core.units import parse_duration
 from corral.errors import ValidationError
 from corral.schemas.manifest import parse_manifest
@@ -37,6 +40,7 @@ def load_jobs(text: str, source: str = "jobs file") -> Workload:
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise ValidationError(f"{source}: job names must be unique; repeated: {', '.join(dupes)}")
+    _check_dependencies(jobs, source)
     jobs.sort(key=lambda j: (j.submit_time, j.name))
     if not isinstance(events, list):
         raise ValidationError(f"{source}: node_events: expected a list")
@@ -81,8 +85,11 @@ def _job(entry: Any, index: int, source: str) -> SimJob:
             raise ValidationError(f"{where}: {key}: {exc}") from None
     if times["checkpoint_interval"] is not None and times["checkpoint_interval"] <= 0:
         raise ValidationError(f"{where}: checkpoint_interval: must be positive")
+    if manifest.get("hold"):
+        raise ValidationError(f"{where}: hold: nothing releases a simulated job; leave it out")
     try:
-        spec = parse_manifest(manifest).to_spec()
+        parsed = parse_manifest(manifest)
+        spec = parsed.to_spec()
     except ValidationError as exc:
         raise ValidationError(f"{where}: {exc.message.removeprefix('manifest: ')}") from None
     user = entry.get(USER_KEY)
@@ -95,4 +102,37 @@ def _job(entry: Any, index: int, source: str) -> SimJob:
         duration=float(times["duration"] or 0.0),
         checkpoint_interval=times["checkpoint_interval"],
         user=user.strip() if user else None,
+        dependency=parse_dependency(parsed.dependency) if parsed.dependency else None,
     )
+
+
+def _check_dependencies(jobs: list[SimJob], source: str) -> None:
+    """Every job a dependency names is in the file, and none depends on itself, even
+    through others (names may point forward, so cycles are possible here)."""
+    graph = {j.name: j.dependency.refs if j.dependency else () for j in jobs}
+    for name, refs in graph.items():
+        missing = [r for r in refs if r not in graph]
+        if missing:
+            raise ValidationError(
+                f"{source}: job {name}: dependency: no job named {missing[0]!r} in the file"
+            )
+    done: set[str] = set()
+    for start in graph:
+        path: list[str] = []
+        stack = [(start, iter(graph[start]))]
+        on_path = {start}
+        path.append(start)
+        while stack:
+            node, children = stack[-1]
+            child = next(children, None)
+            if child is None:
+                stack.pop()
+                on_path.discard(path.pop())
+                done.add(node)
+            elif child in on_path:
+                cycle = " -> ".join([*path[path.index(child) :], child])
+                raise ValidationError(f"{source}: dependency cycle: {cycle}")
+            elif child not in done:
+                stack.append((child, iter(graph[child])))
+                on_path.add(child)
+                path.append(child)

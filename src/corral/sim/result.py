@@ -10,6 +10,7 @@ class Outcome(StrEnum):
     COMPLETED = "completed"
     FAILED = "failed"  # e.g. killed at its time limit, or lost with requeue: false
     REFUSED = "refused"  # can never fit the cluster: refused at submission, as the server does
+    CANCELLED = "cancelled"  # its dependency could never be satisfied
     UNFINISHED = "unfinished"  # still pending or running when the simulation stopped
 
 

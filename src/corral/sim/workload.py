@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
+from corral.core.dependency import Dependency
 from corral.core.job import JobSpec
 from corral.core.node import Node
 
@@ -24,6 +25,8 @@ class SimJob:
     do), so a preemption loses nothing; it pays ``plugins.jct.restore_cost`` when it starts
     again. A node failure still loses the work since its last periodic checkpoint.
     ``user``: who submitted it, when the trace says (run-time predictions use it).
+    ``dependency``: it is submitted to the scheduler only once this holds; it names other
+    jobs of the workload by ``name``.
     """
 
     name: str
@@ -33,6 +36,7 @@ class SimJob:
     checkpoint_interval: float | None = None
     saves_on_preemption: bool = False
     user: str | None = None
+    dependency: Dependency | None = None
 
 
 class NodeEventKind(StrEnum):

@@ -99,3 +99,11 @@ def test_show_lists_each_tasks_usage() -> None:
     shown = render(job_panel(job(state="failed", tasks=[task], unix_user="alice2"), NOW))
     assert "PEAK MEM" in shown and "67.1MB" in shown and "2m05s" in shown
     assert "out of memory" in shown and re.search(r"Runs as\s+alice2", shown)
+
+
+def test_show_lists_the_dependencies_and_a_hold() -> None:
+    waiting = job(dependency="afterok:12:13,afterany:14", held=True, reason="held")
+    shown = render(job_panel(waiting, NOW))
+    assert "Depends on" in shown and "afterok:12:13,afterany:14" in shown
+    assert "Held" in shown and "corral release" in shown
+    assert "Depends on" not in render(job_panel(job(), NOW))

@@ -54,6 +54,10 @@ class JobRow(Base):
     updated_at: Mapped[float] = mapped_column(Float)
     # the Unix account its tasks run as, fixed at submission (None: jobs from before)
     unix_user: Mapped[str | None] = mapped_column(String(128))
+    # held (``corral hold``): not scheduled until released
+    held: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    # what it waits for, canonical (``core.dependency``); None: nothing
+    dependency: Mapped[str | None] = mapped_column(Text)
 
 
 class TaskRow(Base):

@@ -116,6 +116,20 @@ def cancel(
     return _own(ctx, job_id, token).cancel(job_id)
 
 
+@router.post("/{job_id}/hold", response_model=JobOut)
+def hold(job_id: JobId, ctx: Context = Depends(context), token: TokenRow = Depends(user)) -> JobOut:
+    """Keep a pending job from being scheduled (reason ``held``) until released."""
+    return _own(ctx, job_id, token).hold(job_id)
+
+
+@router.post("/{job_id}/release", response_model=JobOut)
+def release(
+    job_id: JobId, ctx: Context = Depends(context), token: TokenRow = Depends(user)
+) -> JobOut:
+    """Let a held job be scheduled again."""
+    return _own(ctx, job_id, token).release(job_id)
+
+
 @router.post("/{job_id}/preempt", response_model=JobOut)
 def preempt(
     job_id: JobId, ctx: Context = Depends(context), token: TokenRow = Depends(user)

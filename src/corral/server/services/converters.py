@@ -276,6 +276,8 @@ def job_out(
         last_checkpoint_at=row.last_checkpoint_at,
         idle_since=row.idle_since,
         idle=bool(row.idle),
+        held=bool(row.held),
+        dependency=row.dependency,
         tasks=[task_out(t, (devices or {}).get(t.node, ()), spec) for t in current],
         attempts=_attempts(tasks, events),
         events=[

@@ -48,6 +48,7 @@ from corral.schemas.api import JobOut
 from corral.schemas.manifest import JobManifest
 from corral.server.db.models import EventRow, IdempotencyKeyRow, JobRow
 from corral.server.services.converters import job_out
+from corral.server.services.dependencies import HELD, check_dependency
 
 if TYPE_CHECKING:
     from corral.server.context import Context
@@ -223,7 +224,11 @@ class Intake:
             connection = session.connection()
             rows = [values for _, values in admitted]
             ids = connection.execute(_INSERT_JOBS, rows).scalars().all()
-            connection.execute(_INSERT_EVENTS, [_submitted_event(i, now) for i in ids])
+            events = [
+                _submitted_event(job_id, now, values["held"])
+                for (_, values), job_id in zip(admitted, ids, strict=True)
+            ]
+            connection.execute(_INSERT_EVENTS, events)
             keys = [
                 _key_row(batch[index], job_id, now)
                 for (index, _), job_id in zip(admitted, ids, strict=True)
@@ -260,6 +265,9 @@ class Intake:
         reason = self.ctx.catalog.never_fits(session, spec, config, now)
         if reason:
             raise UnschedulableError(reason)
+        dependency = manifest.dependency and check_dependency(
+            session, manifest.dependency, sub.user, sub.admin, spec.name
+        )
         pending.add(sub.user, queue_config.name)
         return {
             "name": spec.name,
@@ -273,10 +281,12 @@ class Intake:
             "attempt": 0,
             "submitted_at": now,
             "time_limit": spec.time_limit,
-            "reason": FIRST_REASON,
+            "reason": HELD if manifest.hold else FIRST_REASON,
             "updated_at": now,
             "idle": False,
             "unix_user": sub.unix_user,
+            "held": bool(manifest.hold),
+            "dependency": dependency or None,
         }
 
     def _check_identity(self, sub: Submission) -> None:
@@ -409,7 +419,7 @@ def _replayed(sub: Submission, earlier: int, digest: str, job: str) -> int:
     return earlier
 
 
-def _submitted_event(job_id: int, now: float) -> dict[str, Any]:
+def _submitted_event(job_id: int, now: float, held: bool = False) -> dict[str, Any]:
     return {
         "entity": "job",
         "entity_id": str(job_id),
@@ -417,7 +427,7 @@ def _submitted_event(job_id: int, now: float) -> dict[str, Any]:
         "at": now,
         "from_state": "",
         "to_state": JobState.PENDING.value,
-        "reason": "submitted",
+        "reason": "submitted held" if held else "submitted",
     }
 
 

@@ -14,6 +14,8 @@ from corral.schemas.steps import FINAL_STEP_TASK_STATES
 from corral.server.context import Context
 from corral.server.db.models import EventRow, JobRow, NodeRow, StepTaskRow, TaskRow
 from corral.server.services.converters import job_out, spec_of
+from corral.server.services.dependencies import HELD
+from corral.server.services.intake import FIRST_REASON
 from corral.server.services.logs import read_log
 from corral.server.services.notify import notify_jobs
 from corral.server.services.settle import FINAL_TASK_STATES
@@ -110,6 +112,34 @@ class JobService:
             move_job(session, row, JobState.CANCELLED, "cancelled by user", now)
         notify_jobs(self.ctx, [job_id])
         self.ctx.wake()
+        return self.get(job_id)
+
+    def hold(self, job_id: int) -> JobOut:
+        """Keep a pending job from being scheduled until :meth:`release`."""
+        return self._set_held(job_id, True)
+
+    def release(self, job_id: int) -> JobOut:
+        """Let a held job be scheduled again."""
+        return self._set_held(job_id, False)
+
+    def _set_held(self, job_id: int, held: bool) -> JobOut:
+        now = self.ctx.clock()
+        verb = "held" if held else "released"
+        with self.ctx.sessions.begin() as session:
+            row = self._row(session, job_id, lock=True)
+            if row.state != JobState.PENDING.value:
+                raise ConflictError(
+                    f"job {job_id} is {row.state}; only pending jobs can be held or released"
+                )
+            if bool(row.held) == held:
+                raise ConflictError(f"job {job_id} is {'already' if held else 'not'} held")
+            row.held, row.updated_at = held, now
+            row.reason = HELD if held else FIRST_REASON
+            row.position = row.estimated_start = None
+            event = Transition(row.state, row.state, now, f"{verb} by user")
+            record(session, "job", str(row.id), row.attempt, event)
+        if not held:
+            self.ctx.wake()
         return self.get(job_id)
 
     def preempt(self, job_id: int, reason: str = "preempted by user") -> JobOut:

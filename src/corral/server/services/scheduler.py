@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from sqlalchemy import Row, bindparam, select, update
 from sqlalchemy.orm import Session
@@ -31,6 +31,7 @@ from corral.server.context import Context
 from corral.server.db.models import JobRow, NodeRow, QueueUsageRow, TaskRow
 from corral.server.leader import Term
 from corral.server.services.converters import JOB_COLUMNS, allocations_of, node_of, spec_of
+from corral.server.services.dependencies import HELD, Gates, apply_gates, gate_pending
 from corral.server.services.estimates import RunTimeHistory
 from corral.server.services.notify import notify_jobs
 from corral.server.services.transitions import lock_job, move_job, record
@@ -89,6 +90,7 @@ class CyclePlan:
     usage: UsageLedger
     decisions: Decisions
     now: float
+    gates: Gates = field(default_factory=Gates)  # held and waiting jobs, left out
 
 
 def run_cycle(ctx: Context, term: Term | None = None) -> CycleResult:
@@ -109,6 +111,9 @@ def run_cycle(ctx: Context, term: Term | None = None) -> CycleResult:
                 term.announce(session, nodes)
     ctx.watch.bump({node for alloc in plan.decisions.placements for node in alloc.nodes})
     notify_jobs(ctx, preempted)
+    waiting = any(reason != HELD for reason in plan.gates.blocked.values())
+    if plan.gates.cancelled or (placed and waiting):  # dependents may be decided now
+        ctx.wake()
     return CycleResult(placed, len(plan.pending) - placed, ctx.clock() - plan.now)
 
 
@@ -120,6 +125,10 @@ def plan_cycle(ctx: Context, session: Session) -> CyclePlan:
     pending_rows = list(
         session.execute(select(*PENDING_COLUMNS).where(JobRow.state == JobState.PENDING.value))
     )
+    gates = gate_pending(session)  # held, or waiting on a dependency: left out
+    if gates.rows:
+        left_out = gates.left_out
+        pending_rows = [row for row in pending_rows if row[0] not in left_out]
     ctx.runtimes.refresh(session)
     pending = ctx.pending_jobs.jobs(session, pending_rows)
     learn_mix(ctx, session, cluster, pending)
@@ -128,7 +137,7 @@ def plan_cycle(ctx: Context, session: Session) -> CyclePlan:
     usage = stored.advance(now, cluster.state.allocations)
     state = replace(cluster.state, usage=usage)
     decisions = schedule(state, pending, ctx.config, now, ctx.profile)
-    return CyclePlan(cluster, pending_rows, usage, decisions, now)
+    return CyclePlan(cluster, pending_rows, usage, decisions, now, gates)
 
 
 def learn_mix(
@@ -175,6 +184,7 @@ def apply_cycle(ctx: Context, session: Session, plan: CyclePlan) -> tuple[int, l
     by_id = {r[0]: r for r in plan.pending}  # plain rows: indexing, not attributes
     placed = _apply(session, plan.decisions, by_id, plan.cluster.node_rows, ports, plan.now)
     preempted = _preempt(session, plan.decisions, plan.cluster.held_jobs, plan.now)
+    plan.gates.cancelled = apply_gates(session, plan.gates, plan.now)
     return placed, preempted
 
 
@@ -201,6 +211,7 @@ def _apply(
                 JobRow.__table__.c.id == job.id,
                 JobRow.__table__.c.state == JobState.PENDING.value,
                 JobRow.__table__.c.attempt == alloc.attempt,
+                JobRow.__table__.c.held.is_(False),  # held meanwhile: not started
             )
             .values(
                 state=JobState.RUNNING.value,
@@ -244,6 +255,7 @@ _PENDING_REASON = (
         JobRow.__table__.c.id == bindparam("jid"),
         JobRow.__table__.c.state == JobState.PENDING.value,
         JobRow.__table__.c.attempt == bindparam("jattempt"),
+        JobRow.__table__.c.held.is_(False),
     )
     .values(reason=bindparam("r"), position=bindparam("p"), estimated_start=bindparam("e"))
 )
