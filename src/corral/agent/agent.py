@@ -129,7 +129,11 @@ class Agent:
         self.agent_id = self.agent_id or nodestate.agent_id(state_dir)
         self._state_dir = state_dir
         self.run_as_owner = os.geteuid() == 0
-        self._probe = probe_cgroups(self.settings.name) if self.settings.contain else None
+        # the node root is the agent incarnation's: two agents of one name on one host (two
+        # local clusters) never share, nor kill, each other's task cgroups; a restarted
+        # agent keeps its id, so it finds its tasks' cgroups again
+        scope = f"{self.settings.name}-{self.agent_id[:8]}"
+        self._probe = probe_cgroups(scope) if self.settings.contain else None
         self.cgroups = self._probe.manager if self._probe else None
         self.supervisor = ProcessSupervisor(
             on_exit=lambda _key: self._wake.set(),

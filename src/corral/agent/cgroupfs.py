@@ -44,7 +44,7 @@ class CgroupMount:
 @dataclass(frozen=True)
 class Hierarchy:
     version: int
-    root: Path  # the node root: <agent's own cgroup>/corral-<node>
+    root: Path  # the node root: <agent's own cgroup>/corral-<node>-<agent id>
 
 
 def setup_roles(

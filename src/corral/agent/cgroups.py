@@ -3,8 +3,9 @@
 Each controller comes from cgroup v2 when the agent's own v2 cgroup offers it, else from the
 v1 hierarchy it is bound to. Tracking and killing (the hierarchy whose ``cgroup.procs`` is
 "the task") prefer v2 (``cgroup.kill``), else the v1 freezer (freeze, SIGKILL every member,
-thaw). The manager works under ``<agent's own cgroup>/corral-<node>`` in every hierarchy it
-uses, and each task gets a directory ``<that>/<task id>`` in each of them.
+thaw). The manager works under ``<agent's own cgroup>/corral-<node>-<agent id prefix>`` in
+every hierarchy it uses, and each task gets a directory ``<that>/<task id>`` in each of
+them.
 """
 
 from __future__ import annotations

@@ -425,3 +425,24 @@ def test_stop_kills_daemons_that_ignore_sigterm(h: Harness) -> None:
     status = h.wait_exited("d", timeout=30)
     assert status.exit_code == 128 + signal.SIGTERM  # the leader's own end
     assert not pid_alive(daemon)
+
+
+def test_two_agents_of_one_node_name_get_cgroup_roots_of_their_own(tmp_path: Path) -> None:
+    """Two local clusters on one host both have a node-a: neither may share, nor kill,
+    the other's task cgroups; a restarted agent (same state directory) finds its own."""
+    from corral.agent.agent import Agent
+    from tests.unit.agent.helpers import offline_agent
+
+    first = offline_agent(tmp_path / "one", "node-a")
+    if os.geteuid() != 0 or probe_cgroups("probe").manager is None:
+        pytest.skip("no usable cgroups here")
+    agents = [
+        Agent(replace(a.settings, contain=True))
+        for a in (first, offline_agent(tmp_path / "two", "node-a"))
+    ]
+    again = Agent(replace(agents[0].settings))
+    roots = [{h.root for h in a.cgroups.hierarchies} for a in (*agents, again)]  # type: ignore[union-attr]
+    assert roots[0].isdisjoint(roots[1])
+    assert roots[0] == roots[2]
+    for agent in (*agents, again):
+        agent.cgroups.remove_root()  # type: ignore[union-attr]
