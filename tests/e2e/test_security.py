@@ -207,11 +207,16 @@ time.sleep(1000)
 """
 
 
+def _written(path: Path) -> bool:
+    return path.exists() and bool(path.read_text().strip())
+
+
 def test_setsid_and_daemons_die_with_the_job(shared: Shared) -> None:
     out = shared.scratch / f"escape-{os.urandom(3).hex()}"
     job = shared.alice.submit({"command": [PY, "-c", ESCAPE, str(out)], "grace_period": "1s"})
     daemon, sid = Path(f"{out}.daemon"), Path(f"{out}.sid")
-    wait_for(lambda: daemon.exists() and sid.exists(), 30, "the escapees to start")
+    # (a file exists once opened: wait for its pid to be written too)
+    wait_for(lambda: _written(daemon) and _written(sid), 30, "the escapees to start")
     pids = [int(daemon.read_text()), int(sid.read_text())]
     assert all(pid_alive(p) for p in pids)
     shared.alice.cancel(job.id)
