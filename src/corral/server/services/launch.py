@@ -18,24 +18,29 @@ from corral.schemas.agent import DesiredTask
 from corral.server.db.models import JobRow, NodeRow, TaskRow
 from corral.server.services.converters import mig_names, spec_of
 
+MAX_LAYOUTS = 4096  # attempts whose node slots are remembered (then it starts over)
+# (job id, attempt, submitted at, user) -> (node, tasks there, first rank) per node slot
+_SLOTS: dict[tuple, tuple[tuple[str, int, int], ...]] = {}
+
 
 def job_layout(session: Session, job: JobRow) -> tuple[JobNode, ...]:
     """The nodes of ``job``'s current attempt in node-rank order, with their addresses
-    (``127.0.0.1`` for a node no longer registered) and the job's tasks on each."""
-    tasks = session.execute(
-        select(TaskRow.node, TaskRow.node_rank, TaskRow.rank)
-        .where(TaskRow.job_id == job.id, TaskRow.attempt == job.attempt)
-        .order_by(TaskRow.rank)
-    ).all()
-    names = {t.node for t in tasks}
+    (``127.0.0.1`` for a node no longer registered) and the job's tasks on each.
+
+    An attempt's tasks are all placed at once and never move, so its slots are read once
+    (not at every sync of every node of a large gang); addresses are read every time."""
+    key = (job.id, job.attempt, job.submitted_at, job.user)
+    slots = _SLOTS.get(key)
+    if slots is None:
+        slots = _SLOTS[key] = _slots(session, job)
+        if len(_SLOTS) > MAX_LAYOUTS:
+            _SLOTS.clear()
+            _SLOTS[key] = slots
+    names = {name for name, _, _ in slots}
     addresses = dict(
         session.execute(select(NodeRow.name, NodeRow.address).where(NodeRow.name.in_(names))).all()
     )
     spec = spec_of(job)
-    slots: dict[int, list] = {}
-    for name, node_rank, rank in tasks:
-        slot = slots.setdefault(node_rank, [name, 0, rank])
-        slot[1] += 1
     return tuple(
         JobNode(
             name,
@@ -43,8 +48,21 @@ def job_layout(session: Session, job: JobRow) -> tuple[JobNode, ...]:
             count,
             spec.role_of(rank).name if rank < spec.world_size else DEFAULT_ROLE,
         )
-        for _, (name, count, rank) in sorted(slots.items())
+        for name, count, rank in slots
     )
+
+
+def _slots(session: Session, job: JobRow) -> tuple[tuple[str, int, int], ...]:
+    tasks = session.execute(
+        select(TaskRow.node, TaskRow.node_rank, TaskRow.rank)
+        .where(TaskRow.job_id == job.id, TaskRow.attempt == job.attempt)
+        .order_by(TaskRow.rank)
+    ).all()
+    slots: dict[int, list] = {}
+    for name, node_rank, rank in tasks:
+        slot = slots.setdefault(node_rank, [name, 0, rank])
+        slot[1] += 1
+    return tuple((name, count, rank) for _, (name, count, rank) in sorted(slots.items()))
 
 
 def task_launch(
