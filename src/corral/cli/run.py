@@ -177,7 +177,7 @@ class Runner:
             due = min(next_job, self.stream.next_due() if self.stream else next_job)
             time.sleep(max(0.05, due - time.monotonic()))
         if self.stream is None and job.started_at is not None:  # ended between two polls
-            self._open(job)
+            self._started(job)
         if self.stream is not None:
             self.stream.drain()
         return self._ended(job)
@@ -195,9 +195,13 @@ class Runner:
             self.said = key
         elif job.state in ("running", "preempting") and self.stream is None:
             self.said = (job.state, None)
-            nodes = sorted({t.node for t in job.tasks})
-            self.say(f"job {job.id} running on {', '.join(nodes) or 'its nodes'}")
-            self._open(job)
+            self._started(job)
+
+    def _started(self, job: JobOut) -> None:
+        """Say where the job runs (or ran) and open its attempt's stream."""
+        nodes = sorted({t.node for t in job.tasks})
+        self.say(f"job {job.id} running on {', '.join(nodes) or 'its nodes'}")
+        self._open(job)
 
     def _open(self, job: JobOut) -> None:
         self.stream = LogStream(self.c, job.id, job.attempt, job.world_size, self.label, self.out)
