@@ -20,7 +20,9 @@ from corral.cli.common import (
     parse_pairs,
     print_json,
 )
-from corral.cli.render import job_panel, jobs_table, state_text
+from corral.cli.render import array_label, job_panel, jobs_table, state_text
+from corral.client.client import names_array
+from corral.core.array import state_counts
 from corral.errors import ValidationError
 from corral.schemas.api import JobOut
 from corral.schemas.manifest import JobManifest, load_manifest, parse_manifest
@@ -99,11 +101,18 @@ def submit(
     hold: Annotated[
         bool, typer.Option("--hold", "-H", help="submit held: not scheduled until released")
     ] = False,
+    array: Annotated[
+        str | None,
+        typer.Option(
+            "--array", "-a", help="a job array: 0-99, 1,3,5-9:2; %MAX: at most MAX at once"
+        ),
+    ] = None,
     server: ServerOpt = None,
     token: TokenOpt = None,
     output: OutputOpt = Output.table,
 ) -> None:
-    """Submit a job; prints its id (with -o json, the job)."""
+    """Submit a job; prints its id (with -o json, the job). A job array prints its id and
+    elements (with -o json, its first element with ``array``: its id and every job id)."""
     prio: Any = int(priority) if priority and priority.lstrip("-").isdigit() else priority
     gpu_value: Any = _number(gpus) if gpus else None
     manifest = build_manifest(
@@ -128,12 +137,19 @@ def submit(
             "workdir": workdir,
             "dependency": dependency,
             "hold": hold or None,
+            "array": array,
         },
         env or [],
     )
     job = client(server, token).submit(manifest)
     if output is Output.json:
         print_json(job)
+    elif job.array is not None:
+        count = job.array.count
+        print(
+            f"submitted job array {job.array.job_id} ({count} element{'s' * (count != 1)}: "
+            f"{array_label(job.array)})"
+        )
     else:
         print(job.id)
 
@@ -143,13 +159,17 @@ def jobs(
     all: Annotated[bool, typer.Option("--all", "-a", help="include ended jobs")] = False,
     queue: Annotated[str | None, typer.Option(help="only this queue")] = None,
     state: Annotated[str | None, typer.Option(help="only this state")] = None,
+    array: Annotated[
+        bool, typer.Option("--array", "-r", help="one row per element of a job array")
+    ] = False,
     server: ServerOpt = None,
     token: TokenOpt = None,
     output: OutputOpt = Output.table,
 ) -> None:
     """The queue: pending jobs with their reason, position and estimated start, running
-    jobs with their nodes."""
-    found = client(server, token).list(all=all, queue=queue, state=state)
+    jobs with their nodes. A job array is one row, its elements counted by state, unless
+    --array (-r, as squeue's) lists every element."""
+    found = client(server, token).list(all=all, queue=queue, state=state, group_arrays=not array)
     if output is Output.json:
         print_json({"jobs": found})
     elif not found:
@@ -160,16 +180,17 @@ def jobs(
 
 @app.command()
 def show(
-    job_id: Annotated[int, typer.Argument(metavar="JOB")],
+    job_id: Annotated[str, typer.Argument(metavar="JOB")],
     server: ServerOpt = None,
     token: TokenOpt = None,
     output: OutputOpt = Output.table,
 ) -> None:
     """One job: state, placement per task, attempts and events; for a pending job its
-    estimated start and what would let it start sooner."""
+    estimated start and what would let it start sooner. JOB: an id, or ID_INDEX for an
+    element of a job array (an array's id shows its first element and the array's counts)."""
     c = client(server, token)
     job = c.get(job_id)
-    advice = c.advice(job_id) if job.state == "pending" else []
+    advice = c.advice(job.id) if job.state == "pending" else []
     if output is Output.json:
         print_json({**job.model_dump(mode="json"), "advice": advice})
     else:
@@ -178,7 +199,7 @@ def show(
 
 @app.command()
 def logs(
-    job_id: Annotated[int, typer.Argument(metavar="JOB")],
+    job_id: Annotated[str, typer.Argument(metavar="JOB")],
     task: Annotated[
         int | None,
         typer.Option(
@@ -199,13 +220,15 @@ def logs(
     """A task's stdout and stderr (by default the first task whose outcome is the job's:
     task 0, or an MPI job's launcher; with --step, that step's task, rank 0 by default)."""
     c = client(server, token)
+    found = c.get(job_id) if task is None or "_" in job_id else None
+    number = found.id if found is not None else int(job_id)
     if task is None:
-        task = 0 if step else _main_task(c.get(job_id).tasks)
+        task = 0 if step else _main_task(found.tasks if found is not None else [])
     if output is Output.json:
-        chunk = c.log_chunk(job_id, task, 0, attempt, step)
+        chunk = c.log_chunk(number, task, 0, attempt, step)
         print_json(chunk)
         return
-    for piece in c.follow_logs(job_id, task, attempt, follow=follow, step=step):
+    for piece in c.follow_logs(number, task, attempt, follow=follow, step=step):
         sys.stdout.write(piece)
         sys.stdout.flush()
 
@@ -217,69 +240,77 @@ def _main_task(tasks: list) -> int:
 
 @app.command()
 def cancel(
-    job_ids: Annotated[list[int], typer.Argument(metavar="JOB...")],
+    job_ids: Annotated[list[str], typer.Argument(metavar="JOB...")],
     server: ServerOpt = None,
     token: TokenOpt = None,
     output: OutputOpt = Output.table,
 ) -> None:
-    """Cancel jobs; running tasks get SIGTERM, then SIGKILL after the grace period."""
+    """Cancel jobs; running tasks get SIGTERM, then SIGKILL after the grace period. An
+    array's id cancels every element of it, ID_INDEX one element."""
     c = client(server, token)
-    _print_states([c.cancel(j) for j in job_ids], output)
+    _print_states([(j, c.cancel(j)) for j in job_ids], output)
 
 
 @app.command()
 def hold(
-    job_ids: Annotated[list[int], typer.Argument(metavar="JOB...")],
+    job_ids: Annotated[list[str], typer.Argument(metavar="JOB...")],
     server: ServerOpt = None,
     token: TokenOpt = None,
     output: OutputOpt = Output.table,
 ) -> None:
-    """Hold pending jobs: they are not scheduled until released."""
+    """Hold pending jobs: they are not scheduled until released. An array's id holds every
+    pending element of it."""
     c = client(server, token)
-    _print_states([c.hold(j) for j in job_ids], output)
+    _print_states([(j, c.hold(j)) for j in job_ids], output)
 
 
 @app.command()
 def release(
-    job_ids: Annotated[list[int], typer.Argument(metavar="JOB...")],
+    job_ids: Annotated[list[str], typer.Argument(metavar="JOB...")],
     server: ServerOpt = None,
     token: TokenOpt = None,
     output: OutputOpt = Output.table,
 ) -> None:
-    """Release held jobs."""
+    """Release held jobs (an array's id: every held element of it)."""
     c = client(server, token)
-    _print_states([c.release(j) for j in job_ids], output)
+    _print_states([(j, c.release(j)) for j in job_ids], output)
 
 
 @app.command()
 def preempt(
-    job_ids: Annotated[list[int], typer.Argument(metavar="JOB...")],
+    job_ids: Annotated[list[str], typer.Argument(metavar="JOB...")],
     server: ServerOpt = None,
     token: TokenOpt = None,
     output: OutputOpt = Output.table,
 ) -> None:
     """Preempt now, as the scheduler would: SIGTERM, grace period, requeue."""
     c = client(server, token)
-    _print_states([c.preempt(j) for j in job_ids], output)
+    _print_states([(j, c.preempt(j)) for j in job_ids], output, arrays=False)
 
 
-def _print_states(jobs: list[JobOut], output: Output) -> None:
+def _print_states(answers: list[tuple[str, JobOut]], output: Output, arrays: bool = True) -> None:
+    """Each job's state after an action (with ``arrays``, a whole array's elements
+    counted by state when a name is an array's id)."""
     if output is Output.json:
-        print_json({"jobs": jobs})
+        print_json({"jobs": [job for _, job in answers]})
         return
-    for job in jobs:
-        console.print(f"job {job.id}: ", state_text(job.state))
+    for ref, job in answers:
+        if arrays and names_array(ref, job) and job.array is not None:
+            console.print(f"job array {job.id}: {state_counts(job.array.states)}")
+        else:
+            console.print(f"job {job.ref}: ", state_text(job.state))
 
 
 @app.command()
 def wait(
-    job_ids: Annotated[list[int], typer.Argument(metavar="JOB...")],
+    job_ids: Annotated[list[str], typer.Argument(metavar="JOB...")],
     timeout: Annotated[float | None, typer.Option(help="give up after this many seconds")] = None,
     server: ServerOpt = None,
     token: TokenOpt = None,
     output: OutputOpt = Output.table,
 ) -> None:
-    """Block until the jobs end; exit code 0 only if all succeeded."""
+    """Block until the jobs end; exit code 0 only if all succeeded. An array's id waits
+    for every element of it."""
     try:
         done = client(server, token).wait(job_ids, timeout=timeout)
     except TimeoutError as exc:
@@ -287,10 +318,18 @@ def wait(
         raise typer.Exit(2) from None
     if output is Output.json:
         print_json({"jobs": done})
-    else:
-        for job in done:
-            console.print(f"job {job.id}: ", state_text(job.state), f" ({job.reason})")
-    if any(j.state != "succeeded" for j in done):
+    failed = False
+    for ref, job in zip(job_ids, done, strict=True):
+        if names_array(ref, job) and job.array is not None:
+            states = job.array.states
+            failed |= states.get("succeeded", 0) != job.array.count
+            if output is not Output.json:
+                console.print(f"job array {job.id}: {state_counts(states)}")
+            continue
+        failed |= job.state != "succeeded"
+        if output is not Output.json:
+            console.print(f"job {job.ref}: ", state_text(job.state), f" ({job.reason})")
+    if failed:
         raise typer.Exit(1)
 
 

@@ -10,8 +10,17 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from corral.core.array import state_counts
 from corral.core.units import format_duration, format_size
-from corral.schemas.api import AuditOut, JobOut, NodeOut, QueueOut, ReplicaHealth, TokenOut
+from corral.schemas.api import (
+    ArrayOut,
+    AuditOut,
+    JobOut,
+    NodeOut,
+    QueueOut,
+    ReplicaHealth,
+    TokenOut,
+)
 
 STATE_STYLE = {
     "pending": "yellow",
@@ -69,6 +78,19 @@ def eta(start: float | None, now: float) -> str:
     return "~now" if start <= now else f"~in {format_duration(start - now)}"
 
 
+def array_label(array: ArrayOut, throttle: bool = False) -> str:
+    """A whole array as squeue names it: ``12_[0-99]`` (``throttle``: ``12_[0-99%4]``)."""
+    if array.count == 1 and not throttle:
+        return f"{array.job_id}_{array.tasks}"
+    limit = f"%{array.max_running}" if throttle and array.max_running is not None else ""
+    return f"{array.job_id}_[{array.tasks}{limit}]"
+
+
+def _is_array_row(job: JobOut) -> bool:
+    """A row standing for a whole array (``GET /jobs?group_arrays=true``)."""
+    return job.array is not None and job.array_task_id is None
+
+
 def jobs_table(jobs: list[JobOut], now: float) -> Table:
     table = Table(box=None, header_style="bold", pad_edge=False)
     columns = ("ID", "NAME", "QUEUE", "USER", "STATE", "PRIO", "SHAPE", "GPUS", "TIME", "START")
@@ -76,14 +98,18 @@ def jobs_table(jobs: list[JobOut], now: float) -> Table:
         table.add_column(col, no_wrap=True)
     table.add_column("REASON / NODES", overflow="fold")
     for job in jobs:
-        if job.state == "pending":
+        if _is_array_row(job) and job.array is not None:
+            detail = state_counts(job.array.states)
+        elif job.state == "pending":
             detail = f"#{job.position} {job.reason or ''}" if job.position else job.reason or ""
         elif job.state in ("running", "preempting"):
             detail = ", ".join(dict.fromkeys(t.node for t in job.tasks))
         else:
             detail = job.reason or ""
         table.add_row(
-            str(job.id),
+            array_label(job.array, throttle=True)
+            if _is_array_row(job) and job.array is not None
+            else job.ref,
             Text(job.name or "-"),
             Text(job.queue),
             job.user,
@@ -110,6 +136,7 @@ def job_panel(job: JobOut, now: float, advice: list[str] | None = None) -> Group
         ("Reason", Text(job.reason or "-")),
         *([("Depends on", Text(job.dependency))] if job.dependency else []),
         *([("Held", "yes (corral release to let it run)")] if job.held else []),
+        *([("Array", _array_summary(job.array))] if job.array is not None else []),
         *([("Est. start", _estimate(job.estimated_start, now))] if job.state == "pending" else []),
         ("Queue", f"{job.queue} (position {job.position})" if job.position else job.queue),
         ("User", Text(job.user)),
@@ -132,9 +159,8 @@ def job_panel(job: JobOut, now: float, advice: list[str] | None = None) -> Group
         rows.append(("Exit code", str(job.exit_code)))
     for key, value in rows:
         info.add_row(key, value)
-    parts: list = [
-        Panel(info, title=f"job {job.id}" + (f" · {job.name}" if job.name else ""), expand=False)
-    ]
+    title = f"job {job.ref}" + (f" (id {job.id})" if job.ref != str(job.id) else "")
+    parts: list = [Panel(info, title=title + (f" · {job.name}" if job.name else ""), expand=False)]
     if advice:
         hints = Table(title="To start sooner", box=None, show_header=False, title_justify="left")
         hints.add_column(overflow="fold")
@@ -165,6 +191,12 @@ def job_panel(job: JobOut, now: float, advice: list[str] | None = None) -> Group
             events.add_row(when(e.at), str(e.attempt), arrow, Text(e.reason))
         parts.append(events)
     return Group(*parts)
+
+
+def _array_summary(array: ArrayOut) -> Text:
+    """``12_[0-99] (at most 4 at once): pending 90, running 4, succeeded 6``."""
+    limit = f" (at most {array.max_running} at once)" if array.max_running is not None else ""
+    return Text(f"{array_label(array)}{limit}: {state_counts(array.states)}")
 
 
 def _shape(job: JobOut) -> str | Text:

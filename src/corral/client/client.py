@@ -45,6 +45,21 @@ from corral.schemas.manifest import JobManifest, load_manifest, parse_manifest
 from corral.schemas.steps import StepIn, StepList, StepOut
 
 TERMINAL = ("succeeded", "failed", "cancelled")
+JobRef = int | str  # a job's id, or "ARRAYID_INDEX" for an element of a job array
+
+
+def names_array(ref: JobRef, job: JobOut) -> bool:
+    """Whether ``ref`` (answered with ``job``) names a whole array: a plain id that is an
+    array's id, as ``scancel 12`` takes it."""
+    return "_" not in str(ref) and job.array is not None and job.array.job_id == job.id
+
+
+def _ended(job: JobOut, whole: bool) -> bool:
+    if not whole or job.array is None:
+        return job.state in TERMINAL
+    return sum(job.array.states.get(s, 0) for s in TERMINAL) >= job.array.count
+
+
 IDEMPOTENT_METHODS = ("GET", "HEAD", "PUT", "DELETE", "OPTIONS")
 # The request never reached the server: any request may go to the next replica.
 NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
@@ -156,41 +171,54 @@ class Client:
         )
         return JobOut.model_validate(answer)
 
-    def get(self, job_id: int) -> JobOut:
-        return JobOut.model_validate(self.request("GET", f"/jobs/{job_id}"))
+    # A job is named by its id, or ``"12_3"`` for element 3 of job array 12 (``JobRef``).
+
+    def get(self, job: JobRef) -> JobOut:
+        """One job; an element of an array also with the array's summary (``array``)."""
+        return JobOut.model_validate(self.request("GET", f"/jobs/{job}"))
 
     def list(
-        self, all: bool = False, queue: str | None = None, state: str | None = None
+        self,
+        all: bool = False,
+        queue: str | None = None,
+        state: str | None = None,
+        group_arrays: bool = False,
     ) -> list[JobOut]:
+        """The caller's jobs; with ``group_arrays``, one row per job array (its
+        elements counted by state in ``array.states``) instead of one per element."""
         params: dict[str, Any] = {"all": all}
         if queue:
             params["queue"] = queue
         if state:
             params["state"] = state
+        if group_arrays:
+            params["group_arrays"] = True
         data = self.request("GET", "/jobs", params=params)
         return [JobOut.model_validate(j) for j in data["jobs"]]
 
-    def advice(self, job_id: int) -> list[str]:
+    def resolve(self, job: JobRef) -> int:
+        """The job id a name stands for (``"12_3"``: element 3 of array 12)."""
+        return job if isinstance(job, int) else self.get(job).id
+
+    def advice(self, job: JobRef) -> list[str]:
         """What would let a pending job start sooner (empty when it is not pending)."""
-        return AdviceOut.model_validate(self.request("GET", f"/jobs/{job_id}/advice")).hints
+        return AdviceOut.model_validate(self.request("GET", f"/jobs/{job}/advice")).hints
 
-    def cancel(self, job_id: int) -> JobOut:
-        return JobOut.model_validate(
-            self.request("POST", f"/jobs/{job_id}/cancel", idempotent=True)
-        )
+    def cancel(self, job: JobRef) -> JobOut:
+        """Cancel a job; an array's id cancels every element not ended yet."""
+        return JobOut.model_validate(self.request("POST", f"/jobs/{job}/cancel", idempotent=True))
 
-    def hold(self, job_id: int) -> JobOut:
-        """Keep a pending job from being scheduled until :meth:`release`."""
-        return JobOut.model_validate(self.request("POST", f"/jobs/{job_id}/hold"))
+    def hold(self, job: JobRef) -> JobOut:
+        """Keep a pending job (an array's id: every pending element) from being
+        scheduled until :meth:`release`."""
+        return JobOut.model_validate(self.request("POST", f"/jobs/{job}/hold"))
 
-    def release(self, job_id: int) -> JobOut:
-        """Let a held job be scheduled again."""
-        return JobOut.model_validate(self.request("POST", f"/jobs/{job_id}/release"))
+    def release(self, job: JobRef) -> JobOut:
+        """Let a held job (an array's id: every held element) be scheduled again."""
+        return JobOut.model_validate(self.request("POST", f"/jobs/{job}/release"))
 
-    def preempt(self, job_id: int) -> JobOut:
-        return JobOut.model_validate(
-            self.request("POST", f"/jobs/{job_id}/preempt", idempotent=True)
-        )
+    def preempt(self, job: JobRef) -> JobOut:
+        return JobOut.model_validate(self.request("POST", f"/jobs/{job}/preempt", idempotent=True))
 
     def checkpoint(self, job_id: int, step: int | None = None, path: str | None = None) -> JobOut:
         """Report that the running job saved a complete checkpoint."""
@@ -243,17 +271,18 @@ class Client:
                 time.sleep(poll)
 
     def wait(
-        self, job_ids: int | Sequence[int], timeout: float | None = None, poll: float = 0.5
+        self, job_ids: JobRef | Sequence[JobRef], timeout: float | None = None, poll: float = 0.5
     ) -> list[JobOut]:
-        """Block until every job has ended; ``TimeoutError`` after ``timeout`` seconds."""
-        ids = [job_ids] if isinstance(job_ids, int) else list(job_ids)
+        """Block until every job has ended; ``TimeoutError`` after ``timeout`` seconds.
+        An array's id waits for every element (see :func:`names_array`)."""
+        ids = [job_ids] if isinstance(job_ids, int | str) else list(job_ids)
         deadline = None if timeout is None else time.monotonic() + timeout
-        done: dict[int, JobOut] = {}
+        done: dict[JobRef, JobOut] = {}
         while True:
             for job_id in ids:
                 if job_id not in done:
                     job = self.get(job_id)
-                    if job.state in TERMINAL:
+                    if _ended(job, names_array(job_id, job)):
                         done[job_id] = job
             if len(done) == len(ids):
                 return [done[i] for i in ids]

@@ -8,7 +8,14 @@ any other way (failed, timed out, lost, cancelled: Slurm counts cancelled as not
 ``afterany``: it ended. ``singleton``: every earlier job of the same user and name has
 ended. Conditions joined by ``,`` must all hold; by ``?``, any one (the two may not mix).
 
-References are strings: job ids in the control plane, job names in a simulator jobs file.
+A reference to a whole job array (``afterok:12``, 12 an array's id) is seen as
+``ArrayObserved``, its elements counted: ``after`` holds once every element started (or
+ended), ``afterok`` once all succeeded (never once one failed or was cancelled),
+``afternotok`` once all ended and one or more did not succeed (never if all succeeded),
+``afterany`` once all ended. An element (``afterok:12_3``) is a job like any other.
+
+References are strings: job ids (or ``ARRAYID_INDEX``) in the control plane, job names in
+a simulator jobs file.
 """
 
 from __future__ import annotations
@@ -130,6 +137,24 @@ class Observed:
 
 
 @dataclass(frozen=True)
+class ArrayObserved:
+    """What a dependency sees of a whole job array: its elements, counted."""
+
+    total: int
+    started: int = 0  # that ran at some point, or ended (a pending one cancelled counts)
+    succeeded: int = 0
+    failed: int = 0
+    cancelled: int = 0
+
+    @property
+    def ended(self) -> int:
+        return self.succeeded + self.failed + self.cancelled
+
+
+Seen = Observed | ArrayObserved
+
+
+@dataclass(frozen=True)
 class Gate:
     """Whether a dependency holds now, with the reason when it does not."""
 
@@ -137,19 +162,38 @@ class Gate:
     reason: str = ""
 
 
-def check(cond: Condition, seen: Observed | None) -> Verdict:
-    """One condition against the job it names (None: that job is gone)."""
+def check(cond: Condition, seen: Seen | None) -> Verdict:
+    """One condition against the job (or array) it names (None: that job is gone)."""
     if seen is None:
         return Verdict.NEVER
+    if isinstance(seen, ArrayObserved):
+        return _check_array(cond.type, seen)
     _, good, bad = RULES[cond.type]
     if seen.state in good or (cond.type is DependencyType.AFTER and seen.started):
         return Verdict.SATISFIED
     return Verdict.NEVER if seen.state in bad else Verdict.WAITING
 
 
+def _check_array(kind: DependencyType, seen: ArrayObserved) -> Verdict:
+    not_ok = seen.failed + seen.cancelled
+    if kind is DependencyType.AFTER:
+        done = seen.started >= seen.total
+    elif kind is DependencyType.AFTEROK:
+        if not_ok:
+            return Verdict.NEVER
+        done = seen.succeeded >= seen.total
+    elif kind is DependencyType.AFTERNOTOK:
+        if seen.ended >= seen.total and not not_ok:
+            return Verdict.NEVER
+        done = seen.ended >= seen.total
+    else:
+        done = seen.ended >= seen.total
+    return Verdict.SATISFIED if done else Verdict.WAITING
+
+
 def evaluate(
     dependency: Dependency,
-    observed: Mapping[str, Observed],
+    observed: Mapping[str, Seen],
     singleton_blocker: str | None = None,
 ) -> Gate:
     """Whether ``dependency`` holds, given the jobs it names (missing: gone) and, for
@@ -162,10 +206,11 @@ def evaluate(
             return Gate(Verdict.SATISFIED)
         if not waiting:
             return Gate(Verdict.NEVER, _never(never, observed))
-        return Gate(Verdict.WAITING, "waiting for one of: " + ", ".join(map(_waits, waiting)))
+        waits = ", ".join(_waits(c, observed.get(c.ref)) for c in waiting)
+        return Gate(Verdict.WAITING, "waiting for one of: " + waits)
     if never:
         return Gate(Verdict.NEVER, _never(never[:1], observed))
-    what = [_waits(c) for c in waiting]
+    what = [_waits(c, observed.get(c.ref)) for c in waiting]
     if dependency.singleton and singleton_blocker is not None:
         what.append(f"job {singleton_blocker} of the same name to end (singleton)")
     if what:
@@ -173,17 +218,35 @@ def evaluate(
     return Gate(Verdict.SATISFIED)
 
 
-def _waits(cond: Condition) -> str:
+def _waits(cond: Condition, seen: Seen | None) -> str:
+    if isinstance(seen, ArrayObserved):
+        return f"every element of array {cond.ref} to {_ARRAY_WAITS[cond.type]} ({cond.type})"
     return f"job {cond.ref} to {RULES[cond.type][0]} ({cond.type})"
 
 
-def _never(never: list[tuple[Condition, Verdict]], observed: Mapping[str, Observed]) -> str:
+def _never(never: list[tuple[Condition, Verdict]], observed: Mapping[str, Seen]) -> str:
     details = []
     for cond, _ in never:
         seen = observed.get(cond.ref)
+        if isinstance(seen, ArrayObserved):
+            if cond.type is DependencyType.AFTERNOTOK:
+                how = f"every element of array {cond.ref} succeeded"
+            else:
+                bad = seen.failed + seen.cancelled
+                how = f"{bad} of {seen.total} elements of array {cond.ref} failed or were cancelled"
+            details.append(f"{cond.type}:{cond.ref}: {how}")
+            continue
         how = "no longer exists" if seen is None else _ENDED_WORDS.get(seen.state, seen.state)
         details.append(f"{cond.type}:{cond.ref}: job {cond.ref} {how}")
     return "dependency never satisfied: " + "; ".join(details)
+
+
+_ARRAY_WAITS = {
+    DependencyType.AFTER: "start",
+    DependencyType.AFTEROK: "succeed",
+    DependencyType.AFTERNOTOK: "end, one or more of them not ok",
+    DependencyType.AFTERANY: "end",
+}
 
 
 _ENDED_WORDS = {_S: "succeeded", _F: "failed", _C: "was cancelled"}

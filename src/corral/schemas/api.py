@@ -66,6 +66,19 @@ class AttemptOut(BaseModel):
     outcome: str | None  # why it ended
 
 
+class ArrayOut(BaseModel):
+    """A job array seen whole (``core.array``): with each element of it (``JobOut.array``)
+    shown one by one, and with the row standing for it in a grouped list."""
+
+    job_id: int  # the array's id: its first element's job id
+    spec: str  # as submitted, canonical: "0-99%4"
+    tasks: str  # its indices, compact: "0-99"
+    count: int  # elements
+    max_running: int | None = None  # the throttle (%MAX)
+    states: dict[str, int] = Field(default_factory=dict)  # elements by state
+    job_ids: list[int] = Field(default_factory=list)  # in index order: in a submission's answer
+
+
 class JobOut(BaseModel):
     id: int
     name: str | None
@@ -97,9 +110,21 @@ class JobOut(BaseModel):
     idle: bool = False  # idle for longer than its queue's idle policy allows (flagged)
     held: bool = False  # ``corral hold``: not scheduled until released
     dependency: str | None = None  # what it waits for (Slurm syntax), as submitted
+    array_job_id: int | None = None  # an element of a job array: the array's id
+    array_task_id: int | None = None  # and its index: element ``{array_job_id}_{array_task_id}``
+    # the whole array: for one element shown alone (``GET /jobs/ID``, a submission's answer),
+    # and for the row standing for a whole array in a grouped list (``group_arrays``)
+    array: ArrayOut | None = None
     tasks: list[TaskOut] = Field(default_factory=list)
     attempts: list[AttemptOut] = Field(default_factory=list)
     events: list[EventOut] = Field(default_factory=list)
+
+    @property
+    def ref(self) -> str:
+        """How users name it: ``12``, or ``12_3`` for element 3 of array 12."""
+        if self.array_job_id is None or self.array_task_id is None:
+            return str(self.id)
+        return f"{self.array_job_id}_{self.array_task_id}"
 
 
 class CheckpointIn(Strict):

@@ -11,6 +11,7 @@ from typing import Annotated, Any
 import yaml
 from pydantic import Field, field_validator, model_serializer, model_validator
 
+from corral.core.array import MAX_SPEC_LENGTH, parse_array
 from corral.core.dependency import parse_dependency
 from corral.core.job import (
     DEFAULT_KIND,
@@ -137,6 +138,9 @@ class JobManifest(Strict):
     # simulator jobs file the jobs are named by their ``name``
     dependency: str | None = Field(default=None, max_length=4096)
     hold: bool | None = None  # submitted held: not scheduled until released
+    # a job array (Slurm's ``--array``: ``0-99``, ``1,3,5-9:2``, ``0-15%4``; ``core.array``):
+    # one job per index, each its own job
+    array: str | None = Field(default=None, max_length=MAX_SPEC_LENGTH)
 
     @model_validator(mode="before")
     @classmethod
@@ -176,6 +180,18 @@ class JobManifest(Strict):
             return str(parse_dependency(value))
         except ValueError as exc:
             raise ValueError(f"not a valid dependency: {exc}") from None
+
+    @field_validator("array", mode="before")
+    @classmethod
+    def _array(cls, value: object) -> object:
+        if value is None:
+            return None
+        if not isinstance(value, str):  # an int would read as one index: say what is meant
+            raise ValueError("expected a string such as '0-99', '1,3,5-9:2' or '0-15%4'")
+        try:
+            return str(parse_array(value))
+        except ValueError as exc:
+            raise ValueError(f"not a valid array: {exc}") from None
 
     @field_validator("command")
     @classmethod

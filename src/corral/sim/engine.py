@@ -19,7 +19,8 @@ from dataclasses import dataclass, field, replace
 from enum import IntEnum
 
 from corral.core.allocation import Allocation
-from corral.core.dependency import Observed, Verdict, evaluate
+from corral.core.array import Element, throttle
+from corral.core.dependency import ArrayObserved, Observed, Seen, Verdict, evaluate
 from corral.core.job import Job, JobSpec, JobState
 from corral.core.node import Node, NodeState
 from corral.errors import ValidationError
@@ -116,6 +117,13 @@ class Simulator:
         self._pending: dict[int, _Run] = {}  # job id -> run, in arrival order
         self._waiting: dict[int, _Run] = {}  # arrived, its dependency not yet satisfied
         self._by_name: dict[str, _Run] = {}  # every job that arrived
+        # job arrays (``SimJob.array``): each one's number and elements, by name
+        self._arrays: dict[str, tuple[int, int]] = {}
+        for job in self.workload.jobs:
+            if job.array is not None:
+                number, count = self._arrays.get(job.array.name, (len(self._arrays), 0))
+                self._arrays[job.array.name] = (number, count + 1)
+        self._elements: dict[str, list[_Run]] = {}  # the elements arrived, by array
         self._running: dict[int, _Run] = {}
         self._allocated = 0.0
         self._samples: list[Sample] = []
@@ -226,6 +234,8 @@ class Simulator:
         run = _Run(job, core, job.spec.total_gpus)
         self._runs.append(run)
         self._by_name[job.name] = run
+        if job.array is not None:
+            self._elements.setdefault(job.array.name, []).append(run)
         if refused:
             run.outcome, run.reason, run.end = Outcome.REFUSED, refused, now
             self._ended += 1
@@ -242,8 +252,21 @@ class Simulator:
         if self._mixes is not None:
             self._mixes.add(run.core.id, run.core.spec)
 
-    def _observed(self, name: str) -> Observed:
-        """A job as a dependency sees it (one not arrived yet: pending, never started)."""
+    def _observed(self, name: str) -> Seen:
+        """A job as a dependency sees it (one not arrived yet: pending, never started); an
+        array's name, the whole array."""
+        if name in self._arrays:
+            seen = [self._observed(run.job.name) for run in self._elements.get(name, ())]
+            states = [s.state for s in seen if isinstance(s, Observed)]
+            return ArrayObserved(
+                total=self._arrays[name][1],
+                started=sum(
+                    1 for s in seen if isinstance(s, Observed) and (s.started or s.state.terminal)
+                ),
+                succeeded=states.count(JobState.SUCCEEDED),
+                failed=states.count(JobState.FAILED),
+                cancelled=states.count(JobState.CANCELLED),
+            )
         run = self._by_name.get(name)
         if run is None:
             return Observed(JobState.PENDING)
@@ -416,10 +439,29 @@ class Simulator:
                 preempting=frozenset(self._preempting),
                 usage=self._ledger,
             )
-            pending = [r.core for r in self._pending.values()]
+            pending = [r.core for r in self._throttled()]
             decisions = schedule(state, pending, self.config, now, self.profile, estimate=False)
             self._apply(decisions, now)
         return len(self._running) > running
+
+    def _throttled(self) -> list[_Run]:
+        """The pending jobs to offer the scheduler: all but the elements of arrays whose
+        throttle (``%MAX``) holds them back (``core.array.throttle``)."""
+        runs = list(self._pending.values())
+        elements = [
+            Element(r.core.id, self._arrays[a.name][0], a.task, a.max_running)
+            for r in runs
+            if (a := r.job.array) is not None and a.max_running is not None
+        ]
+        if not elements:
+            return runs
+        running: dict[int, int] = {}
+        for run in self._running.values():
+            if run.job.array is not None:
+                number = self._arrays[run.job.array.name][0]
+                running[number] = running.get(number, 0) + 1
+        blocked = throttle(elements, running)
+        return [r for r in runs if r.core.id not in blocked]
 
     def _apply(self, decisions: Decisions, now: float) -> None:
         for job_id, why in decisions.preemptions:

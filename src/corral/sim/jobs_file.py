@@ -2,19 +2,25 @@
 ``submit_time`` and ``duration`` (seconds, or strings such as ``15m``) and optionally
 ``checkpoint_interval`` and ``user`` (who submits it: ``SimJob.user``). A ``dependency``
 names other jobs of the file by ``name`` (``afterok:prep``); ``hold`` is refused (nothing
-would release the job)."""
+would release the job). An entry with ``array`` (``0-9%2``) is a job array: one job per
+index, named ``{name}_{index}``, each with the entry's duration; a dependency on the
+entry's name waits for all of them, on ``{name}_{index}`` for one."""
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import yaml
 
+from corral.core.array import parse_array
 from corral.core.dependency import parse_dependency
 from corral.core.units import parse_duration
 from corral.errors import ValidationError
 from corral.schemas.manifest import parse_manifest
-from corral.sim.workload import NodeEvent, NodeEventKind, SimJob, Workload
+from corral.sim.workload import ArrayElement, NodeEvent, NodeEventKind, SimJob, Workload
 
 SIM_KEYS = ("submit_time", "duration", "checkpoint_interval")
 USER_KEY = "user"  # not a manifest key: the server takes the user from the token
@@ -35,13 +41,17 @@ def load_jobs(text: str, source: str = "jobs file") -> Workload:
         events, data = data.get("node_events") or [], data.get("jobs")
     if not isinstance(data, list):
         raise ValidationError(f"{source}: expected a list of jobs (or a mapping with jobs:)")
-    jobs = [_job(entry, i, source) for i, entry in enumerate(data)]
-    names = [j.name for j in jobs]
-    dupes = sorted({n for n in names if names.count(n) > 1})
+    jobs = [job for i, entry in enumerate(data) for job in _job(entry, i, source)]
+    arrays: dict[str, list[str]] = {}  # array name -> its elements' names
+    for job in jobs:
+        if job.array is not None:
+            arrays.setdefault(job.array.name, []).append(job.name)
+    names = [j.name for j in jobs] + list(arrays)
+    dupes = sorted(name for name, count in Counter(names).items() if count > 1)
     if dupes:
         raise ValidationError(f"{source}: job names must be unique; repeated: {', '.join(dupes)}")
-    _check_dependencies(jobs, source)
-    jobs.sort(key=lambda j: (j.submit_time, j.name))
+    _check_dependencies(jobs, arrays, source)
+    jobs.sort(key=_order)
     if not isinstance(events, list):
         raise ValidationError(f"{source}: node_events: expected a list")
     node_events = sorted(
@@ -63,7 +73,14 @@ def _node_event(entry: Any, index: int, source: str) -> NodeEvent:
         raise ValidationError(f"{where}: {exc}") from None
 
 
-def _job(entry: Any, index: int, source: str) -> SimJob:
+def _order(job: SimJob) -> tuple:
+    """Submission order: by time, then name (an array's elements by index)."""
+    if job.array is None:
+        return (job.submit_time, job.name, -1)
+    return (job.submit_time, job.array.name, job.array.task)
+
+
+def _job(entry: Any, index: int, source: str) -> list[SimJob]:
     where = f"{source}: job {index}"
     if not isinstance(entry, dict):
         raise ValidationError(f"{where}: expected a mapping")
@@ -95,7 +112,7 @@ def _job(entry: Any, index: int, source: str) -> SimJob:
     user = entry.get(USER_KEY)
     if user is not None and (not isinstance(user, str) or not user.strip()):
         raise ValidationError(f"{where}: {USER_KEY}: expected a user name")
-    return SimJob(
+    job = SimJob(
         name=name,
         spec=spec,
         submit_time=float(times["submit_time"] or 0.0),
@@ -104,12 +121,23 @@ def _job(entry: Any, index: int, source: str) -> SimJob:
         user=user.strip() if user else None,
         dependency=parse_dependency(parsed.dependency) if parsed.dependency else None,
     )
+    if not parsed.array:
+        return [job]
+    array = parse_array(parsed.array)
+    return [
+        replace(job, name=f"{name}_{task}", array=ArrayElement(name, task, array.max_running))
+        for task in array.indices
+    ]
 
 
-def _check_dependencies(jobs: list[SimJob], source: str) -> None:
+def _check_dependencies(jobs: list[SimJob], arrays: dict[str, list[str]], source: str) -> None:
     """Every job a dependency names is in the file, and none depends on itself, even
-    through others (names may point forward, so cycles are possible here)."""
-    graph = {j.name: j.dependency.refs if j.dependency else () for j in jobs}
+    through others (names may point forward, so cycles are possible here). An array's
+    name stands for all its elements."""
+    graph: dict[str, Sequence[str]] = {
+        j.name: j.dependency.refs if j.dependency else () for j in jobs
+    }
+    graph.update(arrays)
     for name, refs in graph.items():
         missing = [r for r in refs if r not in graph]
         if missing:

@@ -26,7 +26,8 @@ class SimJob:
     again. A node failure still loses the work since its last periodic checkpoint.
     ``user``: who submitted it, when the trace says (run-time predictions use it).
     ``dependency``: it is submitted to the scheduler only once this holds; it names other
-    jobs of the workload by ``name``.
+    jobs of the workload by ``name`` (an array's name: all its elements).
+    ``array``: it is an element of a job array (named ``{array}_{task}``).
     """
 
     name: str
@@ -37,6 +38,17 @@ class SimJob:
     saves_on_preemption: bool = False
     user: str | None = None
     dependency: Dependency | None = None
+    array: ArrayElement | None = None
+
+
+@dataclass(frozen=True)
+class ArrayElement:
+    """Which job array a job is an element of: the array's name (its jobs file entry's),
+    the element's index, and the array's throttle (``%MAX``; None: none)."""
+
+    name: str
+    task: int
+    max_running: int | None = None
 
 
 class NodeEventKind(StrEnum):

@@ -107,3 +107,16 @@ def test_show_lists_the_dependencies_and_a_hold() -> None:
     assert "Depends on" in shown and "afterok:12:13,afterany:14" in shown
     assert "Held" in shown and "corral release" in shown
     assert "Depends on" not in render(job_panel(job(), NOW))
+
+
+def test_an_array_is_one_row_and_its_elements_are_named_by_index() -> None:
+    array = {"job_id": 12, "spec": "0-99%4", "tasks": "0-99", "count": 100, "max_running": 4}
+    states = {"pending": 90, "running": 4, "succeeded": 6}
+    grouped = job(id=12, array_job_id=12, array={**array, "states": states})
+    element = job(id=15, array_job_id=12, array_task_id=3)
+    table = render(jobs_table([grouped, element], NOW))
+    row = next(line for line in table.splitlines() if line.startswith("12_[0-99%4]"))
+    assert "pending 90, running 4, succeeded 6" in row
+    assert any(line.startswith("12_3 ") for line in table.splitlines())
+    shown = render(job_panel(job(id=15, array_job_id=12, array_task_id=3, array=array), NOW))
+    assert "job 12_3 (id 15)" in shown and re.search(r"Array\s+12_\[0-99\] \(at most 4", shown)

@@ -6,7 +6,9 @@ import pytest
 
 from corral.core.dependency import (
     MAX_REFS,
+    ArrayObserved,
     Observed,
+    Seen,
     Verdict,
     evaluate,
     parse_dependency,
@@ -93,3 +95,48 @@ def test_reasons_and_combinations() -> None:
     assert evaluate(single, {}, "4").reason == (
         "waiting for job 4 of the same name to end (singleton)"
     )
+
+
+def arr(total: int, started: int = 0, ok: int = 0, failed: int = 0, cancelled: int = 0) -> Seen:
+    return ArrayObserved(total, started, ok, failed, cancelled)
+
+
+@pytest.mark.parametrize(
+    ("kind", "seen", "verdict"),
+    [
+        # after: every element started (or ended)
+        ("after", arr(3, started=2), Verdict.WAITING),
+        ("after", arr(3, started=3), Verdict.SATISFIED),
+        # afterok: all succeeded; never once one failed or was cancelled
+        ("afterok", arr(3, 3, ok=2), Verdict.WAITING),
+        ("afterok", arr(3, 3, ok=3), Verdict.SATISFIED),
+        ("afterok", arr(3, 1, failed=1), Verdict.NEVER),  # decided before the rest end
+        ("afterok", arr(3, 3, ok=2, cancelled=1), Verdict.NEVER),
+        # afternotok: all ended, one or more not ok; never if all succeeded
+        ("afternotok", arr(3, 3, ok=1, failed=1), Verdict.WAITING),
+        ("afternotok", arr(3, 3, ok=2, failed=1), Verdict.SATISFIED),
+        ("afternotok", arr(3, 3, cancelled=3), Verdict.SATISFIED),
+        ("afternotok", arr(3, 3, ok=3), Verdict.NEVER),
+        # afterany: all ended
+        ("afterany", arr(3, 3, ok=1, failed=1), Verdict.WAITING),
+        ("afterany", arr(3, 3, ok=1, failed=1, cancelled=1), Verdict.SATISFIED),
+    ],
+)
+def test_the_table_for_whole_arrays(kind: str, seen: Seen, verdict: Verdict) -> None:
+    assert evaluate(parse_dependency(f"{kind}:7"), {"7": seen}).verdict is verdict
+
+
+def test_reasons_for_arrays_and_elements() -> None:
+    waiting = evaluate(parse_dependency("afterok:7,after:8_2"), {"7": arr(4), "8_2": Observed(P)})
+    assert waiting.reason == (
+        "waiting for every element of array 7 to succeed (afterok), job 8_2 to start (after)"
+    )
+    never = evaluate(parse_dependency("afterok:7"), {"7": arr(4, 4, ok=1, failed=2, cancelled=1)})
+    assert never.reason == (
+        "dependency never satisfied: afterok:7: 3 of 4 elements of array 7 failed or were cancelled"
+    )
+    never = evaluate(parse_dependency("afternotok:7"), {"7": arr(2, 2, ok=2)})
+    assert never.reason == (
+        "dependency never satisfied: afternotok:7: every element of array 7 succeeded"
+    )
+    assert str(parse_dependency("afterok:7_3:7")) == "afterok:7_3:7"

@@ -158,3 +158,25 @@ def test_a_jax_job_is_found_by_jaxs_slurm_detection(monkeypatch: pytest.MonkeyPa
         # without JAX_COORDINATOR_ADDRESS, JAX would take the first host: rank 0's node
         assert cluster.get_coordinator_address(None, "1").startswith("node-01:")
         assert task.env["JAX_COORDINATOR_ADDRESS"] == "10.0.0.0:29511"
+
+
+def test_an_element_of_a_job_array_sees_the_arrays_variables() -> None:
+    row = job(array="1-7:2%2")
+    row.array_job_id, row.array_task_id = 40, 5
+    env = launches(row, [("n1", 1, "worker")])[0].env
+    assert {k: v for k, v in env.items() if "ARRAY" in k} == {
+        "SLURM_ARRAY_JOB_ID": "40",
+        "SLURM_ARRAY_TASK_ID": "5",
+        "SLURM_ARRAY_TASK_COUNT": "4",
+        "SLURM_ARRAY_TASK_MIN": "1",
+        "SLURM_ARRAY_TASK_MAX": "7",
+        "SLURM_ARRAY_TASK_STEP": "2",
+        "CORRAL_ARRAY_JOB_ID": "40",
+        "CORRAL_ARRAY_TASK_ID": "5",
+    }
+    assert env["SLURM_JOB_ID"] == "42"  # each element is a job of its own
+    uneven = job(array="0,1,5")
+    uneven.array_job_id, uneven.array_task_id = 42, 0
+    assert launches(uneven, [("n1", 1, "worker")])[0].env["SLURM_ARRAY_TASK_STEP"] == "1"
+    plain = launches(job(), [("n1", 1, "worker")])[0].env
+    assert not [k for k in plain if "ARRAY" in k]

@@ -28,6 +28,7 @@ class Base(DeclarativeBase):
 
 class JobRow(Base):
     __tablename__ = "jobs"
+    __table_args__ = (UniqueConstraint("array_job_id", "array_task_id", name="uq_jobs_array_task"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     name: Mapped[str | None] = mapped_column(String(253))
@@ -58,6 +59,12 @@ class JobRow(Base):
     held: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     # what it waits for, canonical (``core.dependency``); None: nothing
     dependency: Mapped[str | None] = mapped_column(Text)
+    # an element of a job array (``core.array``): the array's id (its first element's job
+    # id) and the element's index; None for other jobs
+    array_job_id: Mapped[int | None] = mapped_column(Integer)
+    array_task_id: Mapped[int | None] = mapped_column(Integer)
+    # the array's throttle (``%MAX``: at most MAX elements running at once), on each element
+    array_max: Mapped[int | None] = mapped_column(Integer)
 
 
 class TaskRow(Base):

@@ -1,5 +1,10 @@
 """Jobs: users see and act on their own jobs only (admins on all); other users' jobs are
-answered as not found."""
+answered as not found.
+
+The routes a user calls take a job's name (``JobRef``): its id, or ``ARRAYID_INDEX`` for
+an element of a job array (``12_3``). Cancel, hold and release by an array's id act on
+every element of it, as Slurm's ``scancel 12`` does. The routes a job calls itself
+(checkpoint, logs, steps) take its id."""
 
 from __future__ import annotations
 
@@ -21,6 +26,13 @@ from corral.server.services.jobs import JobService
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 MAX_INT = 2**63 - 1  # what the database stores
 JobId = Annotated[int, Path(ge=1, le=MAX_INT, description="the job's id")]
+JobRef = Annotated[
+    str,
+    Path(
+        pattern=r"^[0-9]{1,19}(_[0-9]{1,9})?$",
+        description="the job's id, or ARRAYID_INDEX for an element of a job array (12_3)",
+    ),
+]
 IdempotencyKey = Annotated[
     str | None,
     Header(
@@ -36,6 +48,14 @@ def _own(ctx: Context, job_id: JobId, token: TokenRow) -> JobService:
     service = JobService(ctx)
     service.owner_check(job_id, owner_of(token))
     return service
+
+
+def _named(ctx: Context, ref: str, token: TokenRow) -> tuple[JobService, int]:
+    """The service and the job id for a job named by the caller (theirs, or an admin)."""
+    service = JobService(ctx)
+    job_id = service.resolve(ref)
+    service.owner_check(job_id, owner_of(token))
+    return service, job_id
 
 
 def _as_job(ctx: Context, job_id: int, caller: tuple[int, TokenRow | None]) -> JobService:
@@ -86,55 +106,71 @@ def list_jobs(
     queue: SafeStr | None = Query(None, max_length=253),
     state: SafeStr | None = Query(None, max_length=16),
     limit: int = Query(1000, ge=1, le=100_000),
+    group_arrays: bool = Query(
+        False, description="one row per job array (its elements counted by state)"
+    ),
     ctx: Context = Depends(context),
     token: TokenRow = Depends(user),
 ) -> JobList:
-    """The caller's jobs (an admin's: everyone's)."""
-    return JobList(jobs=JobService(ctx).list(all, queue, state, limit, user=owner_of(token)))
+    """The caller's jobs (an admin's: everyone's), one row per job; with ``group_arrays``,
+    one row per job array (``ArrayOut`` in ``array``) instead of one per element."""
+    service = JobService(ctx)
+    found = service.list(all, queue, state, limit, user=owner_of(token), group_arrays=group_arrays)
+    return JobList(jobs=found)
 
 
 @router.get("/{job_id}", response_model=JobOut)
 def get_job(
-    job_id: JobId, ctx: Context = Depends(context), token: TokenRow = Depends(user)
+    job_id: JobRef, ctx: Context = Depends(context), token: TokenRow = Depends(user)
 ) -> JobOut:
-    return _own(ctx, job_id, token).get(job_id)
+    """One job (an element of an array: with the array's summary in ``array``)."""
+    service, number = _named(ctx, job_id, token)
+    return service.get(number)
 
 
 @router.get("/{job_id}/advice", response_model=AdviceOut)
 def advice(
-    job_id: JobId, ctx: Context = Depends(context), token: TokenRow = Depends(user)
+    job_id: JobRef, ctx: Context = Depends(context), token: TokenRow = Depends(user)
 ) -> AdviceOut:
     """What would let a pending job start sooner, from the cluster's state now."""
-    _own(ctx, job_id, token)
-    return job_advice(ctx, job_id)
+    _, number = _named(ctx, job_id, token)
+    return job_advice(ctx, number)
 
 
 @router.post("/{job_id}/cancel", response_model=JobOut)
 def cancel(
-    job_id: JobId, ctx: Context = Depends(context), token: TokenRow = Depends(user)
+    job_id: JobRef, ctx: Context = Depends(context), token: TokenRow = Depends(user)
 ) -> JobOut:
-    return _own(ctx, job_id, token).cancel(job_id)
+    """Cancel a job; an array's id cancels every element not ended yet."""
+    service, number = _named(ctx, job_id, token)
+    return service.act(job_id, number, "cancel")
 
 
 @router.post("/{job_id}/hold", response_model=JobOut)
-def hold(job_id: JobId, ctx: Context = Depends(context), token: TokenRow = Depends(user)) -> JobOut:
-    """Keep a pending job from being scheduled (reason ``held``) until released."""
-    return _own(ctx, job_id, token).hold(job_id)
+def hold(
+    job_id: JobRef, ctx: Context = Depends(context), token: TokenRow = Depends(user)
+) -> JobOut:
+    """Keep a pending job from being scheduled (reason ``held``) until released; an
+    array's id holds every pending element."""
+    service, number = _named(ctx, job_id, token)
+    return service.act(job_id, number, "hold")
 
 
 @router.post("/{job_id}/release", response_model=JobOut)
 def release(
-    job_id: JobId, ctx: Context = Depends(context), token: TokenRow = Depends(user)
+    job_id: JobRef, ctx: Context = Depends(context), token: TokenRow = Depends(user)
 ) -> JobOut:
-    """Let a held job be scheduled again."""
-    return _own(ctx, job_id, token).release(job_id)
+    """Let a held job be scheduled again; an array's id releases every held element."""
+    service, number = _named(ctx, job_id, token)
+    return service.act(job_id, number, "release")
 
 
 @router.post("/{job_id}/preempt", response_model=JobOut)
 def preempt(
-    job_id: JobId, ctx: Context = Depends(context), token: TokenRow = Depends(user)
+    job_id: JobRef, ctx: Context = Depends(context), token: TokenRow = Depends(user)
 ) -> JobOut:
-    return _own(ctx, job_id, token).preempt(job_id)
+    service, number = _named(ctx, job_id, token)
+    return service.preempt(number)
 
 
 @router.post("/{job_id}/checkpoint", response_model=JobOut)

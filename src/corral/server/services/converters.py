@@ -35,16 +35,33 @@ def spec_of(row: JobRow | Row) -> JobSpec:
 
 def load_specs(session: Session, rows: Sequence[Row], batch: int = 500) -> None:
     """Memoize the specs of ``rows`` (with ``id``, ``submitted_at``, ``user``; no manifest)
-    not memoized yet, reading their manifests in a few queries rather than one per job."""
+    not memoized yet, reading their manifests in a few queries rather than one per job.
+    The elements of a job array (rows with ``array_job_id``) share one manifest: its spec
+    is the first element's when memoized, else read once per array."""
     missing = {r.id: (r.id, r.submitted_at, r.user) for r in rows}
     missing = {job_id: key for job_id, key in missing.items() if key not in _SPECS}
-    ids = list(missing)
-    for start in range(0, len(ids), batch):
-        chunk = ids[start : start + batch]
+    members: dict[int, list[int]] = {}  # a representative -> the elements it stands for
+    firsts: dict[int, int] = {}  # array id -> its representative here
+    for row in rows:
+        array_id = getattr(row, "array_job_id", None)
+        if array_id is None or row.id not in missing:
+            continue
+        known = _SPECS.get((array_id, row.submitted_at, row.user))
+        if known is not None:
+            _remember(missing.pop(row.id), known)
+            continue
+        first = firsts.setdefault(array_id, row.id)
+        members.setdefault(first, []).append(row.id)
+    grouped = {job_id for group in members.values() for job_id in group}
+    wanted = [job_id for job_id in missing if job_id not in grouped or job_id in members]
+    for start in range(0, len(wanted), batch):
+        chunk = wanted[start : start + batch]
         for job_id, manifest in session.execute(
             select(JobRow.id, JobRow.manifest).where(JobRow.id.in_(chunk))
         ):
-            _remember(missing[job_id], JobManifest.model_validate(manifest).to_spec())
+            spec = _remember(missing[job_id], JobManifest.model_validate(manifest).to_spec())
+            for member in members.get(job_id, ()):
+                _remember(missing[member], spec)
 
 
 def _remember(key: tuple[int, float, str], spec: JobSpec) -> JobSpec:
@@ -278,6 +295,8 @@ def job_out(
         idle=bool(row.idle),
         held=bool(row.held),
         dependency=row.dependency,
+        array_job_id=row.array_job_id,
+        array_task_id=row.array_task_id,
         tasks=[task_out(t, (devices or {}).get(t.node, ()), spec) for t in current],
         attempts=_attempts(tasks, events),
         events=[

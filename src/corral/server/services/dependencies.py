@@ -1,10 +1,13 @@
-"""Holds and dependencies in the control plane (SPEC section 9).
+"""Holds, dependencies and array throttles in the control plane (SPEC section 9).
 
 A cycle hands the scheduler only the pending jobs that are neither held nor waiting on a
 dependency (:func:`gate_pending`); the verdicts come from the pure
 ``core.dependency.evaluate`` over the depended-on jobs' states, read in one batched query
-per cycle (plus one for ``singleton``), whatever the number of pending jobs. A job whose
-dependency can no longer be satisfied is cancelled by the cycle (:func:`apply_gates`).
+per cycle (plus one for ``singleton``, one for array ids and one for array elements),
+whatever the number of pending jobs; jobs that share a dependency (an array's elements)
+are evaluated once. A job whose dependency can no longer be satisfied is cancelled by the
+cycle (:func:`apply_gates`). The elements an array's throttle holds back are left out
+too (``services.throttle``, which builds on :class:`Gates`).
 
 Dependencies name jobs that exist at submission, and ids grow, so a job only ever depends
 on older jobs: no cycle can form.
@@ -16,10 +19,20 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from sqlalchemy import bindparam, or_, select, tuple_, update
+from sqlalchemy import bindparam, case, func, or_, select, tuple_, update
 from sqlalchemy.orm import Session
 
-from corral.core.dependency import Dependency, Observed, Verdict, evaluate, parse_dependency
+from corral.core.array import parse_job_ref
+from corral.core.dependency import (
+    ArrayObserved,
+    Dependency,
+    Gate,
+    Observed,
+    Seen,
+    Verdict,
+    evaluate,
+    parse_dependency,
+)
 from corral.core.job import JobState
 from corral.errors import ValidationError
 from corral.server.db.models import JobRow
@@ -38,6 +51,10 @@ class Gates:
     never: dict[int, str] = field(default_factory=dict)  # to cancel: job -> reason
     rows: dict[int, tuple] = field(default_factory=dict)  # (attempt, held, reason, pos, est)
     cancelled: list[int] = field(default_factory=list)  # as applied
+    # elements of throttled arrays waiting on a dependency (not held), by array
+    waiting_elements: dict[int, int] = field(default_factory=dict)
+    # the reasons of throttled arrays' elements held back (``services.throttle``)
+    throttled: list[tuple[int, int, str, bool]] = field(default_factory=list)
 
     @property
     def left_out(self) -> set[int]:
@@ -57,19 +74,31 @@ def check_dependency(session: Session, text: str, user: str, admin: bool, name: 
         dependency = parsed(text)
     except ValueError as exc:
         raise ValidationError(f"dependency: {exc}") from None
-    ids = []
+    ids, elements = [], []
     for ref in dependency.refs:
-        if not ref.isdigit():
-            raise ValidationError(f"dependency: {ref!r} is not a job id")
-        ids.append(int(ref))
+        try:
+            job_id, task = parse_job_ref(ref)
+        except ValueError:
+            raise ValidationError(
+                f"dependency: {ref!r} is not a job id (12) or an array element (12_3)"
+            ) from None
+        (ids if task is None else elements).append((job_id, task))
     if dependency.singleton and not name:
         raise ValidationError("dependency: singleton needs a job name (name:)")
-    rows = session.execute(select(JobRow.id, JobRow.user).where(JobRow.id.in_(ids)))
-    owners = {job_id: owner for job_id, owner in rows}
-    for job_id in ids:
-        owner = owners.get(job_id)
+    rows = session.execute(select(JobRow.id, JobRow.user).where(JobRow.id.in_([i for i, _ in ids])))
+    owners: dict[tuple[int, int | None], str] = {(job_id, None): owner for job_id, owner in rows}
+    if elements:
+        rows = session.execute(
+            select(JobRow.array_job_id, JobRow.array_task_id, JobRow.user).where(
+                tuple_(JobRow.array_job_id, JobRow.array_task_id).in_(elements)
+            )
+        )
+        owners |= {(array_id, task): owner for array_id, task, owner in rows}
+    for key in [*ids, *elements]:
+        owner = owners.get(key)
         if owner is None or (not admin and owner != user):  # others' jobs: not revealed
-            raise ValidationError(f"dependency: no job with id {job_id}")
+            what = f"id {key[0]}" if key[1] is None else f"{key[0]}_{key[1]}"
+            raise ValidationError(f"dependency: no job with {what}")
     return str(dependency)
 
 
@@ -88,6 +117,8 @@ def gate_pending(session: Session) -> Gates:
                 JobRow.reason,
                 JobRow.position,
                 JobRow.estimated_start,
+                JobRow.array_job_id,
+                JobRow.array_max,
             ).where(
                 JobRow.state == JobState.PENDING.value,
                 or_(JobRow.held.is_(True), JobRow.dependency.is_not(None)),
@@ -100,18 +131,25 @@ def gate_pending(session: Session) -> Gates:
     observed = _observe(session, {ref for d in deps.values() for ref in d.refs})
     singles = {(r.user, r.name) for r in rows if r.id in deps and deps[r.id].singleton}
     earliest = _earliest_unfinished(session, singles)
+    verdicts: dict[tuple[str, str | None], Gate] = {}  # an array's elements share theirs
     for row in rows:
-        gates.rows[row.id] = tuple(row[4:])
+        gates.rows[row.id] = tuple(row[4:9])
         if row.held:
             gates.blocked[row.id] = HELD
             continue
         first = earliest.get((row.user, row.name))
         blocker = str(first) if first is not None and first < row.id else None
-        gate = evaluate(deps[row.id], observed, blocker)
+        key = (row.dependency, blocker)
+        gate = verdicts.get(key)
+        if gate is None:
+            gate = verdicts[key] = evaluate(deps[row.id], observed, blocker)
         if gate.verdict is Verdict.NEVER:
             gates.never[row.id] = gate.reason
         elif gate.verdict is Verdict.WAITING:
             gates.blocked[row.id] = gate.reason
+        if gate.verdict is not Verdict.SATISFIED and row.array_max is not None:
+            waiting = gates.waiting_elements
+            waiting[row.array_job_id] = waiting.get(row.array_job_id, 0) + 1
     return gates
 
 
@@ -121,15 +159,76 @@ def _chunks(values: Iterable, size: int = CHUNK) -> Iterable[list]:
         yield items[start : start + size]
 
 
-def _observe(session: Session, refs: set[str]) -> dict[str, Observed]:
-    """The depended-on jobs' states, by id as text (jobs gone are missing)."""
-    out = {}
-    for ids in _chunks(sorted(int(r) for r in refs)):
-        query = select(JobRow.id, JobRow.state, JobRow.attempt, JobRow.started_at)
-        for job_id, state, attempt, started_at in session.execute(query.where(JobRow.id.in_(ids))):
+_STARTED = or_(
+    JobRow.state != JobState.PENDING.value, JobRow.attempt > 0, JobRow.started_at.is_not(None)
+)
+
+
+def _observe(session: Session, refs: set[str]) -> dict[str, Seen]:
+    """The depended-on jobs' states, by reference (jobs gone are missing): a job by its
+    id; an array's id, the whole array (its elements counted); ``12_3``, that element."""
+    out: dict[str, Seen] = {}
+    ids = sorted(int(r) for r in refs if r.isdigit())
+    arrays = []
+    for chunk in _chunks(ids):
+        query = select(
+            JobRow.id, JobRow.state, JobRow.attempt, JobRow.started_at, JobRow.array_job_id
+        )
+        for job_id, state, attempt, started_at, array_id in session.execute(
+            query.where(JobRow.id.in_(chunk))
+        ):
+            if array_id == job_id:
+                arrays.append(job_id)
+                continue
             ran = state != JobState.PENDING.value or attempt > 0 or started_at is not None
             out[str(job_id)] = Observed(JobState(state), ran)
+    for array_id, seen in _observe_arrays(session, arrays).items():
+        out[str(array_id)] = seen
+    elements = [parse_job_ref(r) for r in refs if not r.isdigit()]
+    for chunk in _chunks(sorted(elements)):
+        query = select(
+            JobRow.array_job_id,
+            JobRow.array_task_id,
+            JobRow.state,
+            JobRow.attempt,
+            JobRow.started_at,
+        ).where(tuple_(JobRow.array_job_id, JobRow.array_task_id).in_(chunk))
+        for array_id, task, state, attempt, started_at in session.execute(query):
+            ran = state != JobState.PENDING.value or attempt > 0 or started_at is not None
+            out[f"{array_id}_{task}"] = Observed(JobState(state), ran)
     return out
+
+
+def _observe_arrays(session: Session, array_ids: list[int]) -> dict[int, ArrayObserved]:
+    """Whole arrays as dependencies see them: their elements counted by state, and how
+    many ever started."""
+    counts: dict[int, dict[str, int]] = {}
+    for chunk in _chunks(array_ids):
+        rows = session.execute(
+            select(
+                JobRow.array_job_id,
+                JobRow.state,
+                func.count(),
+                func.sum(case((_STARTED, 1), else_=0)),
+            )
+            .where(JobRow.array_job_id.in_(chunk))
+            .group_by(JobRow.array_job_id, JobRow.state)
+        )
+        for array_id, state, count, started in rows:
+            seen = counts.setdefault(array_id, {"total": 0, "started": 0})
+            seen["total"] += count
+            seen["started"] += int(started or 0)
+            seen[state] = count
+    return {
+        array_id: ArrayObserved(
+            total=c["total"],
+            started=c["started"],
+            succeeded=c.get(JobState.SUCCEEDED.value, 0),
+            failed=c.get(JobState.FAILED.value, 0),
+            cancelled=c.get(JobState.CANCELLED.value, 0),
+        )
+        for array_id, c in counts.items()
+    }
 
 
 def _earliest_unfinished(

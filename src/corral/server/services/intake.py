@@ -6,7 +6,9 @@ Every submission of this replica goes through one writer thread. It takes what i
 admitted ones with their submission events and keys in one transaction: one commit, and
 one multi-row insert per table, however many clients submit at once. Nothing waits to
 fill a batch: a lone submission is stored at once, and submissions that arrive meanwhile
-form the next batch.
+form the next batch. A job array is one submission: its first element is stored with
+the batch, and the database copies it into the others in the same transaction
+(``services.arrays.store_elements``); every element counts against the pending limits.
 
 Each submission has its own outcome: one refused (403, 409, 422, 429) does not affect the
 others of its batch. A batch that the database refuses as a whole (unavailable: 503) fails
@@ -33,6 +35,7 @@ from sqlalchemy import func, insert, select, tuple_
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from corral.core.array import parsed_array
 from corral.core.job import JobState
 from corral.errors import (
     ConflictError,
@@ -47,6 +50,7 @@ from corral.scheduling.feasibility import with_tpu_hosts
 from corral.schemas.api import JobOut
 from corral.schemas.manifest import JobManifest
 from corral.server.db.models import EventRow, IdempotencyKeyRow, JobRow
+from corral.server.services.arrays import array_out, array_values, store_elements
 from corral.server.services.converters import job_out
 from corral.server.services.dependencies import HELD, check_dependency
 
@@ -229,6 +233,16 @@ class Intake:
                 for (_, values), job_id in zip(admitted, ids, strict=True)
             ]
             connection.execute(_INSERT_EVENTS, events)
+            elements: dict[int, list[int]] = {}  # batch index -> an array's job ids
+            for (index, values), job_id in zip(admitted, ids, strict=True):
+                if values["array_task_id"] is not None:
+                    elements[index] = store_elements(
+                        connection,
+                        job_id,
+                        values["manifest"]["array"],
+                        now,
+                        _submitted_event(job_id, now, values["held"])["reason"],
+                    )
             keys = [
                 _key_row(batch[index], job_id, now)
                 for (index, _), job_id in zip(admitted, ids, strict=True)
@@ -237,7 +251,12 @@ class Intake:
             if keys:
                 connection.execute(_INSERT_KEYS, keys)
         for (index, values), job_id in zip(admitted, ids, strict=True):
-            outcomes[index] = (job_out(_StoredJob(id=job_id, **values)), True)
+            job = job_out(_StoredJob(**{**values, "id": job_id}))
+            if index in elements:
+                job.array_job_id = job_id
+                states = {JobState.PENDING.value: len(elements[index])}
+                job.array = array_out(values["manifest"]["array"], job_id, states, elements[index])
+            outcomes[index] = (job, True)
         for index, first in repeats.items():  # a key used twice: the first one's job
             outcomes[index] = outcomes[first][0].id
         return outcomes
@@ -258,7 +277,8 @@ class Intake:
         priority, preemptible = config.resolve_priority(spec.priority, spec.preemptible)
         limits = config.limits.for_caller(sub.admin)
         self.ctx.submissions.take(sub.user, limits)
-        pending.check(limits, sub.user, queue_config)
+        count = parsed_array(manifest.array).count if manifest.array else 1
+        pending.check(limits, sub.user, queue_config, count)
         if spec.tpu is not None:  # a TPU slice: as many nodes as the box has hosts
             spec = with_tpu_hosts(spec, self.ctx.catalog.shapes(session, now))
             manifest = manifest.model_copy(update={"nodes": spec.nodes or None})
@@ -268,7 +288,7 @@ class Intake:
         dependency = manifest.dependency and check_dependency(
             session, manifest.dependency, sub.user, sub.admin, spec.name
         )
-        pending.add(sub.user, queue_config.name)
+        pending.add(sub.user, queue_config.name, count)
         return {
             "name": spec.name,
             "user": sub.user,
@@ -287,6 +307,7 @@ class Intake:
             "unix_user": sub.unix_user,
             "held": bool(manifest.hold),
             "dependency": dependency or None,
+            **array_values(manifest.array),
         }
 
     def _check_identity(self, sub: Submission) -> None:
@@ -330,7 +351,7 @@ class Intake:
         from corral.server.services.jobs import JobService  # jobs uses this module
 
         try:
-            return JobService(self.ctx).get(job_id), False
+            return JobService(self.ctx).get(job_id, element_ids=True), False
         except Exception as exc:  # noqa: BLE001 -- the caller's outcome
             return exc
 
@@ -343,9 +364,10 @@ class _PendingCounts:
         self.session = session
         self._counts: dict[tuple[str, ...], int] = {}
 
-    def check(self, limits: Limits, user: str, queue_config: QueueConfig) -> None:
-        """``LimitExceededError`` if one more pending job of ``user`` in ``queue_config``
-        would pass a limit (``limits``: the caller's, see ``Limits.for_caller``)."""
+    def check(self, limits: Limits, user: str, queue_config: QueueConfig, count: int = 1) -> None:
+        """``LimitExceededError`` if ``count`` more pending jobs of ``user`` in
+        ``queue_config`` (an array's elements) would pass a limit (``limits``: the
+        caller's, see ``Limits.for_caller``)."""
         per_queue = (
             queue_config.max_pending
             if queue_config.max_pending is not None
@@ -364,17 +386,18 @@ class _PendingCounts:
         for limit, what, who in checks:
             if limit is None:
                 continue
-            count = self._count(what)
-            if count >= limit:
+            known = self._count(what)
+            if known + count > limit:
+                more = f"; this array would add {count}" if count > 1 else ""
                 raise LimitExceededError(
-                    f"too many pending jobs: {who} {count} (limit {limit}); "
+                    f"too many pending jobs: {who} {known} (limit {limit}){more}; "
                     "wait for some to start or cancel some"
                 )
 
-    def add(self, user: str, queue_name: str) -> None:
+    def add(self, user: str, queue_name: str, count: int = 1) -> None:
         for what in (("user", user), ("queue", queue_name), ("queue-user", queue_name, user)):
             if what in self._counts:
-                self._counts[what] += 1
+                self._counts[what] += count
 
     def _count(self, what: tuple[str, ...]) -> int:
         if what not in self._counts:

@@ -1,4 +1,5 @@
-"""Jobs: submit, list, show, cancel, preempt and logs."""
+"""Jobs: submit, list, show, cancel, preempt and logs; job arrays' elements are jobs, and
+a whole array is cancelled, held or released by its id (``services.arrays``)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from corral.schemas.manifest import JobManifest
 from corral.schemas.steps import FINAL_STEP_TASK_STATES
 from corral.server.context import Context
 from corral.server.db.models import EventRow, JobRow, NodeRow, StepTaskRow, TaskRow
+from corral.server.services import arrays
+from corral.server.services.arrays import Action
 from corral.server.services.converters import job_out, spec_of
 from corral.server.services.dependencies import HELD
 from corral.server.services.intake import FIRST_REASON
@@ -22,6 +25,25 @@ from corral.server.services.settle import FINAL_TASK_STATES
 from corral.server.services.transitions import lock_job, move_job, record
 
 ACTIVE_STATES = (JobState.PENDING.value, JobState.RUNNING.value, JobState.PREEMPTING.value)
+_CANCEL = Action(
+    "cancelled",
+    None,
+    {},
+    "job array {array} already ended: no element is pending or running",
+    cancel=True,
+)
+_HOLD = Action(
+    "held",
+    False,
+    {"held": True, "reason": HELD},
+    "job array {array} has no pending element that is not held",
+)
+_RELEASE = Action(
+    "released",
+    True,
+    {"held": False, "reason": FIRST_REASON},
+    "job array {array} has no held element",
+)
 
 
 class JobService:
@@ -56,6 +78,11 @@ class JobService:
         if owner is None or (user is not None and owner != user):
             raise NotFoundError(f"no job with id {job_id}")
 
+    def resolve(self, ref: str) -> int:
+        """The job id a name stands for: ``12``, or ``12_3`` (element 3 of array 12)."""
+        with self.ctx.sessions() as session:
+            return arrays.resolve(session, ref)
+
     def current_attempt(self, job_id: int) -> int:
         with self.ctx.sessions() as session:
             return self._row(session, job_id).attempt
@@ -67,24 +94,46 @@ class JobService:
         state: str | None = None,
         limit: int = 1000,
         user: str | None = None,
+        group_arrays: bool = False,
     ) -> list[JobOut]:
-        """Jobs, oldest first; only ``user``'s when given."""
-        query = select(JobRow)
+        """Jobs, oldest first; only ``user``'s when given. With ``group_arrays``, a job
+        array is one row (``arrays.as_array_row``) when any element matches, counted
+        as one against ``limit``."""
+        where = []
         if user is not None:
-            query = query.where(JobRow.user == user)
+            where.append(JobRow.user == user)
         if state:
-            query = query.where(JobRow.state == state)
+            where.append(JobRow.state == state)
         elif not include_done:
-            query = query.where(JobRow.state.in_(ACTIVE_STATES))
+            where.append(JobRow.state.in_(ACTIVE_STATES))
         if queue:
-            query = query.where(JobRow.queue == queue)
-        query = query.order_by(JobRow.id.desc()).limit(limit)
+            where.append(JobRow.queue == queue)
         with self.ctx.sessions() as session:
+            if group_arrays:
+                return self._grouped(session, where, limit)
+            query = select(JobRow).where(*where).order_by(JobRow.id.desc()).limit(limit)
             rows = list(session.scalars(query))
             tasks = self._tasks(session, [r.id for r in rows])
         return [job_out(r, tasks.get(r.id, ())) for r in reversed(rows)]
 
-    def get(self, job_id: int) -> JobOut:
+    def _grouped(self, session: Session, where: list, limit: int) -> list[JobOut]:
+        keys = arrays.grouped_keys(session, where, limit)
+        rows = list(session.scalars(select(JobRow).where(JobRow.id.in_(keys))))
+        whole = [r.id for r in rows if r.array_job_id == r.id and r.manifest.get("array")]
+        seen = arrays.array_rows(session, whole)
+        singles = [r.id for r in rows if r.id not in seen]
+        tasks = self._tasks(session, singles)
+        out = []
+        for row in sorted(rows, key=_id):
+            job = job_out(row, tasks.get(row.id, ()))
+            if row.id in seen:
+                job = arrays.as_array_row(job, row.manifest["array"], seen[row.id])
+            out.append(job)
+        return out
+
+    def get(self, job_id: int, element_ids: bool = False) -> JobOut:
+        """The job with its tasks and events; an element of an array also with the array's
+        summary (``element_ids``: and every element's job id, in index order)."""
         with self.ctx.sessions() as session:
             row = self._row(session, job_id)
             tasks = self._tasks(session, [job_id]).get(job_id, [])
@@ -100,7 +149,33 @@ class JobService:
                 n.name: n.devices
                 for n in session.scalars(select(NodeRow).where(NodeRow.name.in_(mig_nodes)))
             }
-            return job_out(row, tasks, events, devices)
+            job = arrays.with_array(session, row, job_out(row, tasks, events, devices))
+            if element_ids and job.array is not None:
+                job.array.job_ids = list(
+                    session.scalars(
+                        select(JobRow.id)
+                        .where(JobRow.array_job_id == job.array.job_id)
+                        .order_by(JobRow.array_task_id)
+                    )
+                )
+            return job
+
+    def act(self, ref: str, job_id: int, action: str) -> JobOut:
+        """``cancel``, ``hold`` or ``release`` the job ``ref`` names (resolved: ``job_id``):
+        a plain id that is an array's id names every element of it (``scancel 12``)."""
+        single = {"cancel": self.cancel, "hold": self.hold, "release": self.release}[action]
+        with self.ctx.sessions() as session:
+            row = self._row(session, job_id)
+            whole = arrays.names_array(ref, row)
+        if not whole:
+            return single(job_id)
+        chosen = {"cancel": _CANCEL, "hold": _HOLD, "release": _RELEASE}[action]
+        with self.ctx.sessions.begin() as session:
+            notified = arrays.act_on_array(session, job_id, chosen, self.ctx.clock())
+        notify_jobs(self.ctx, notified)
+        if action != "hold":
+            self.ctx.wake()
+        return self.get(job_id)
 
     def cancel(self, job_id: int) -> JobOut:
         """Cancel; running tasks get SIGTERM, then SIGKILL after the grace period."""
@@ -276,3 +351,7 @@ class JobService:
         for task in session.scalars(select(TaskRow).where(TaskRow.job_id.in_(job_ids))):
             result.setdefault(task.job_id, []).append(task)
         return result
+
+
+def _id(row: JobRow) -> int:
+    return row.id

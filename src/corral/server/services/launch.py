@@ -9,6 +9,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from corral.core.array import parsed_array
 from corral.core.hostlist import compress
 from corral.core.job import DEFAULT_ROLE
 from corral.core.resources import MILLI, GpuKind, GpuRequest
@@ -84,7 +85,9 @@ def task_launch(
     ``TPU_WORKER_ID`` (its rank: hosts are ranked in worker order); it holds no GPUs, so
     ``CUDA_VISIBLE_DEVICES`` is empty. A task holding a share of a GPU also gets
     :func:`share_env`. Every task gets :func:`slurm_env` (SPEC 9), except the variables
-    the job's own ``env`` sets. (The caller adds ``CORRAL_JOB_TOKEN``.)"""
+    the job's own ``env`` sets; an element of a job array also ``CORRAL_ARRAY_JOB_ID``
+    and ``CORRAL_ARRAY_TASK_ID`` (its array's id and its index). (The caller adds
+    ``CORRAL_JOB_TOKEN``.)"""
     spec = spec_of(job)
     role = spec.role_of(task.rank)
     master_addr = nodes[0].address if nodes else "127.0.0.1"
@@ -112,6 +115,11 @@ def task_launch(
         MASTER_PORT=str(master_port),
         CUDA_VISIBLE_DEVICES=visible_devices(task, devices),
     )
+    if job.array_job_id is not None:
+        env.update(
+            CORRAL_ARRAY_JOB_ID=str(job.array_job_id),
+            CORRAL_ARRAY_TASK_ID=str(job.array_task_id),
+        )
     env.update(share_env(task))
     for key, value in slurm_env(job, task, nodes).items():
         env.setdefault(key, value)  # the job's env (already in env) wins
@@ -162,8 +170,9 @@ def slurm_env(job: JobRow, task: TaskRow, nodes: Sequence[JobNode]) -> dict[str,
     Slurm, where scripts take it for the master), and ``SLURM_JOB_NUM_NODES`` counts them.
     ``SLURM_CPUS_PER_TASK`` only when the job (its role) asks for CPUs,
     ``SLURM_GPUS_ON_NODE`` only when it holds GPUs on the node, ``SLURM_SUBMIT_DIR`` only
-    when it has a ``workdir``. No array variables yet, no ``SLURM_JOBID`` alias (Open
-    MPI's ``mpirun`` would take it for a Slurm allocation and launch through ``srun``)."""
+    when it has a ``workdir``. An element of a job array also gets :func:`array_env`. No
+    ``SLURM_JOBID`` alias (Open MPI's ``mpirun`` would take it for a Slurm allocation and
+    launch through ``srun``)."""
     spec = spec_of(job)
     role = spec.role_of(task.rank)
     names = list(dict.fromkeys(node.name for node in nodes)) or [task.node]
@@ -194,7 +203,28 @@ def slurm_env(job: JobRow, task: TaskRow, nodes: Sequence[JobNode]) -> dict[str,
         env["SLURM_GPUS_ON_NODE"] = str(gpus)
     if spec.workdir:
         env["SLURM_SUBMIT_DIR"] = spec.workdir
+    env.update(array_env(job))
     return env
+
+
+def array_env(job: JobRow) -> dict[str, str]:
+    """Slurm's variables of an element of a job array (none for another job):
+    ``SLURM_ARRAY_JOB_ID`` (the array's id: its first element's job id),
+    ``SLURM_ARRAY_TASK_ID`` (the element's index), ``SLURM_ARRAY_TASK_COUNT``,
+    ``SLURM_ARRAY_TASK_MIN``, ``SLURM_ARRAY_TASK_MAX`` (the array's indices) and
+    ``SLURM_ARRAY_TASK_STEP`` (their spacing when even, as ``1-7:2`` gives 2; else 1)."""
+    text = (job.manifest or {}).get("array")
+    if job.array_job_id is None or job.array_task_id is None or not text:
+        return {}
+    spec = parsed_array(text)
+    return {
+        "SLURM_ARRAY_JOB_ID": str(job.array_job_id),
+        "SLURM_ARRAY_TASK_ID": str(job.array_task_id),
+        "SLURM_ARRAY_TASK_COUNT": str(spec.count),
+        "SLURM_ARRAY_TASK_MIN": str(spec.min),
+        "SLURM_ARRAY_TASK_MAX": str(spec.max),
+        "SLURM_ARRAY_TASK_STEP": str(spec.step),
+    }
 
 
 def _command_name(command: tuple[str, ...] | str) -> str:

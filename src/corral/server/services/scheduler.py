@@ -34,6 +34,7 @@ from corral.server.services.converters import JOB_COLUMNS, allocations_of, node_
 from corral.server.services.dependencies import HELD, Gates, apply_gates, gate_pending
 from corral.server.services.estimates import RunTimeHistory
 from corral.server.services.notify import notify_jobs
+from corral.server.services.throttle import apply_throttled, throttled_pending
 from corral.server.services.transitions import lock_job, move_job, record
 
 DEFAULT_MASTER_PORT = 29500
@@ -73,8 +74,11 @@ def load_cluster(session: Session, runtimes: RunTimeHistory | None = None) -> Lo
     return LoadedCluster(node_rows, held, held_jobs, state)
 
 
-PENDING_COLUMNS = (  # what ``job_of`` reads, then what a cycle updates
+PENDING_COLUMNS = (  # what ``job_of`` reads, an array's throttle, then what a cycle updates
     *JOB_COLUMNS,
+    JobRow.array_job_id,
+    JobRow.array_task_id,
+    JobRow.array_max,
     JobRow.reason,
     JobRow.position,
     JobRow.estimated_start,
@@ -90,7 +94,7 @@ class CyclePlan:
     usage: UsageLedger
     decisions: Decisions
     now: float
-    gates: Gates = field(default_factory=Gates)  # held and waiting jobs, left out
+    gates: Gates = field(default_factory=Gates)  # held, waiting and throttled jobs, left out
 
 
 def run_cycle(ctx: Context, term: Term | None = None) -> CycleResult:
@@ -121,14 +125,20 @@ def plan_cycle(ctx: Context, session: Session) -> CyclePlan:
     """Load the cluster and the pending jobs and call the pure scheduler; writes nothing."""
     now = ctx.clock()
     cluster = load_cluster(session, ctx.runtimes)
-    # Plain rows, not ORM objects: thousands of pending jobs are read every cycle.
+    # Plain rows, not ORM objects: thousands of pending jobs are read every cycle. The
+    # elements of throttled arrays are read apart, only those it may start.
     pending_rows = list(
-        session.execute(select(*PENDING_COLUMNS).where(JobRow.state == JobState.PENDING.value))
+        session.execute(
+            select(*PENDING_COLUMNS).where(
+                JobRow.state == JobState.PENDING.value, JobRow.array_max.is_(None)
+            )
+        )
     )
     gates = gate_pending(session)  # held, or waiting on a dependency: left out
     if gates.rows:
         left_out = gates.left_out
         pending_rows = [row for row in pending_rows if row[0] not in left_out]
+    pending_rows += throttled_pending(session, PENDING_COLUMNS, gates)
     ctx.runtimes.refresh(session)
     pending = ctx.pending_jobs.jobs(session, pending_rows)
     learn_mix(ctx, session, cluster, pending)
@@ -185,6 +195,7 @@ def apply_cycle(ctx: Context, session: Session, plan: CyclePlan) -> tuple[int, l
     placed = _apply(session, plan.decisions, by_id, plan.cluster.node_rows, ports, plan.now)
     preempted = _preempt(session, plan.decisions, plan.cluster.held_jobs, plan.now)
     plan.gates.cancelled = apply_gates(session, plan.gates, plan.now)
+    apply_throttled(session, plan.gates.throttled)
     return placed, preempted
 
 

@@ -76,8 +76,10 @@ export function mount(root, { id }) {
         if (!isArmed) { armed = kind; renderHead(); setTimeout(() => { if (armed === kind) { armed = null; renderHead(); } }, 5000); return; }
         armed = null;
         try {
-          job = await act(kind, jobId);
-          toast(`job ${jobId}: ${job.state}`);
+          // an element of a job array by its name: the array's id alone would act on every element
+          const ref = job.array_task_id != null ? `${job.array_job_id}_${job.array_task_id}` : jobId;
+          job = await act(kind, ref);
+          toast(`job ${ref}: ${job.state}`);
           render();
         } catch (err) {
           toast(err.status === 403 ? `not allowed: ${err.message}` : err.message, "error");

@@ -50,7 +50,7 @@ function jobsTable(jobs) {
   return h("table", { class: "table" },
     h("thead", {}, h("tr", {}, ["id", "name", "user", "queue", "state", "GPUs", "submitted", "run time", "attempt", "reason"].map((c) => h("th", {}, c)))),
     h("tbody", {}, jobs.map((j) => h("tr", { dataset: { job: j.id, state: j.state } },
-      h("td", { class: "num" }, link(`#/jobs/${j.id}`, `#${j.id}`)),
+      h("td", { class: "num" }, link(`#/jobs/${j.id}`, j.array_task_id != null ? `#${j.array_job_id}_${j.array_task_id}` : `#${j.id}`)),
       h("td", { class: "name" }, link(`#/jobs/${j.id}`, j.name || "–")),
       h("td", {}, j.user),
       h("td", {}, h("i", { class: "swatch", style: { background: queueColor(j.queue) } }), j.queue),
