@@ -8,7 +8,7 @@ import typer
 from rich.markup import escape
 
 import corral
-from corral.cli import auth, cluster, demo, jobs, monitoring, run, sim, steps, tokens
+from corral.cli import auth, cluster, demo, jobs, monitoring, run, sbatch, sim, steps, tokens
 from corral.cli.common import err_console
 from corral.errors import CorralError
 
@@ -36,7 +36,16 @@ def _root(
     """Corral: a workload manager for GPU and TPU clusters."""
 
 
-for sub in (jobs.app, run.app, cluster.app, auth.app, monitoring.app, sim.app, demo.app):
+for sub in (
+    jobs.app,
+    run.app,
+    sbatch.app,
+    cluster.app,
+    auth.app,
+    monitoring.app,
+    sim.app,
+    demo.app,
+):
     app.registered_commands += sub.registered_commands
 app.add_typer(tokens.app, name="token")
 app.add_typer(steps.app, name="step")

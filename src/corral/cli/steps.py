@@ -60,12 +60,12 @@ def run(
     exits with the first non-zero exit code (0 when all succeeded)."""
     job = resolve_job()
     c = Client(job.server, job.token)
-    guard = _Signals()
+    guard = StepSignals()
     step = c.start_step(
         job.job_id, command, node, tasks_per_node, parse_pairs(env or [], "--env"), workdir
     )
-    relay = None if quiet else _Relay(c, step, sys.stdout, label)
-    raise typer.Exit(_follow(c, step, relay, guard))
+    relay = None if quiet else StepRelay(c, step, sys.stdout, label)
+    raise typer.Exit(follow_step(c, step, relay, guard))
 
 
 @app.command("list")
@@ -124,7 +124,7 @@ def _client(server: str | None, token: str | None) -> Client:
     return client(server, token)
 
 
-class _Signals:
+class StepSignals:
     """Turns SIGINT, SIGTERM and SIGHUP into a flag the wait loop acts on (a cancel); a
     second one ends the command at once."""
 
@@ -141,7 +141,7 @@ class _Signals:
         self.wake.set()
 
 
-class _Relay:
+class StepRelay:
     """Copies the logs of a step's tasks to ``out`` as they reach the server."""
 
     def __init__(self, c: Client, step: StepOut, out: TextIO, label: bool) -> None:
@@ -182,9 +182,16 @@ class _Relay:
         self.partial[rank] = rest
 
 
-def _follow(c: Client, step: StepOut, relay: _Relay | None, guard: _Signals) -> int:
+def follow_step(
+    c: Client,
+    step: StepOut,
+    relay: StepRelay | None,
+    guard: StepSignals,
+    kill_on_bad_exit: bool = False,
+) -> int:
     """Wait for every task of ``step`` (relaying output); its exit code for the command.
-    After a signal (a cancel), waits at most the job's grace period and a little more."""
+    After a signal (a cancel), waits at most the job's grace period and a little more.
+    ``kill_on_bad_exit``: a task exiting non-zero cancels the others (srun's ``-K``)."""
     pause = 0.05
     cancelled_at = ended_at = None
     grace = float(os.environ.get("CORRAL_GRACE_PERIOD") or 30)
@@ -195,6 +202,10 @@ def _follow(c: Client, step: StepOut, relay: _Relay | None, guard: _Signals) -> 
             cancelled_at = now
             guard.wake.clear()
         step = c.step(step.job_id, step.step, step.attempt)
+        if kill_on_bad_exit and cancelled_at is None and any(t.exit_code for t in step.tasks):
+            if step.state != "ended":
+                c.cancel_step(step.job_id, step.step)
+            cancelled_at = now
         drained = relay.pump(step) if relay else True
         if step.state == "ended":
             ended_at = ended_at or now

@@ -155,6 +155,9 @@ class JobSpec:
     kind: str = DEFAULT_KIND
     roles: tuple[RoleSpec, ...] = ()
     kind_options: tuple[tuple[str, str], ...] = ()
+    # the job's outcome is its first task's (rank 0: ``sbatch``'s batch script); every
+    # other task serves it like a daemon role's (set by a kind's ``expand``, not stored)
+    first_task_decides: bool = False
 
     def __post_init__(self) -> None:
         if self.roles:
@@ -250,7 +253,7 @@ class JobSpec:
             rank // self.tasks_per_node,
             self.nodes,
             self.tasks_per_node,
-            False,
+            self.first_task_decides and rank > 0,
             self.command,
             self.env,
         )

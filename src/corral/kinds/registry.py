@@ -19,13 +19,14 @@ GROUP = "corral.kinds"
 
 
 def _builtins() -> list[JobKind]:
+    from corral.kinds.batch import BatchKind
     from corral.kinds.jax import JaxKind
     from corral.kinds.mpi import MpiKind
     from corral.kinds.pytorch import PyTorchKind
     from corral.kinds.ray import RayKind
     from corral.kinds.tpu import TpuKind
 
-    return [PyTorchKind(), JaxKind(), MpiKind(), RayKind(), TpuKind()]
+    return [PyTorchKind(), JaxKind(), MpiKind(), RayKind(), TpuKind(), BatchKind()]
 
 
 @cache

@@ -6,7 +6,7 @@ import io
 
 import pytest
 
-from corral.cli.steps import _Relay
+from corral.cli.steps import StepRelay
 from corral.client.config import resolve_job
 from corral.errors import ValidationError
 from corral.schemas.steps import StepOut
@@ -46,7 +46,7 @@ def test_labelled_output_prefixes_whole_lines_with_the_rank() -> None:
         tasks=[],
     )
     out = io.StringIO()
-    relay = _Relay(None, step, out, label=True)  # type: ignore[arg-type]
+    relay = StepRelay(None, step, out, label=True)  # type: ignore[arg-type]
     relay.partial = {0: "", 1: ""}
     relay._write(0, "a\nb", final=False)
     relay._write(1, "c\n", final=False)

@@ -19,9 +19,9 @@ def settle_job(session: Session, job: JobRow, tasks: Sequence[TaskRow], now: flo
 
     Running: the first task to exit non-zero fails the job (its peers are then stopped);
     all tasks exiting 0 succeed it, or, for a job with daemon roles (a Ray job's workers,
-    an MPI job's rank holders), all tasks of its other roles (its daemons are then
-    stopped). Preempting: once every task has let go of its devices,
-    the job is requeued when it exited 0 or asks for ``requeue``, else it fails.
+    an MPI job's rank holders), all tasks of its other roles, or for an ``sbatch`` job its
+    first task (its daemons are then stopped). Preempting: once every task has let go of
+    its devices, the job is requeued when it exited 0 or asks for ``requeue``, else it fails.
     """
     current = [t for t in tasks if t.attempt == job.attempt]
     if not current:
@@ -69,7 +69,10 @@ def settle_job(session: Session, job: JobRow, tasks: Sequence[TaskRow], now: flo
 
 
 def daemon_ranks(spec: JobSpec) -> set[int]:
-    """Ranks of the tasks of ``spec``'s daemon roles (``RoleSpec.daemon``)."""
+    """Ranks of the tasks of ``spec``'s daemon roles (``RoleSpec.daemon``), or every rank
+    but 0 for a job whose first task decides its outcome (``sbatch``'s)."""
+    if spec.first_task_decides:
+        return set(range(1, spec.world_size))
     ranks: set[int] = set()
     offset = 0
     for role in spec.roles:
