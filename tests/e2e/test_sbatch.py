@@ -129,14 +129,17 @@ def test_bad_options_are_refused_and_nothing_is_submitted(
 
 DDP_PROGRAM = """
 import os
+import sys
 import torch
 import torch.distributed as dist
 
 dist.init_process_group("gloo")  # env://: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT
 value = torch.tensor([float(dist.get_rank())])
 dist.all_reduce(value)
-print(f"rank {dist.get_rank()} of {dist.get_world_size()} local {os.environ['LOCAL_RANK']}"
-      f" sum {int(value.item())}", flush=True)
+line = (f"rank {dist.get_rank()} of {dist.get_world_size()} local {os.environ['LOCAL_RANK']}"
+        f" sum {int(value.item())}\\n")
+sys.stdout.write(line)  # one write: torchrun's workers share a pipe (and run with -u)
+sys.stdout.flush()
 dist.destroy_process_group()
 """
 
