@@ -21,13 +21,21 @@ class ReplicatedCluster(LocalCluster):
     so the CLI, the SDK and the agents fail over between them."""
 
     def __init__(
-        self, home: Path, db: str, replicas: int = 2, lease_ttl: float = 3.0, **options: float
+        self,
+        home: Path,
+        db: str,
+        replicas: int = 2,
+        lease_ttl: float = 3.0,
+        host: str = "127.0.0.1",
+        **options: float,
     ) -> None:
+        """``host``: the address the replicas listen on (and are reached at)."""
         super().__init__(home, **options)
         self.db = db
         self.lease_ttl = lease_ttl
+        self.host = host
         self.ports = [free_port() for _ in range(replicas)]
-        self.urls = [f"http://127.0.0.1:{p}" for p in self.ports]
+        self.urls = [f"http://{host}:{p}" for p in self.ports]
         self.url = ",".join(self.urls)
         self.replicas: list[subprocess.Popen | None] = [None] * replicas
 
@@ -40,7 +48,7 @@ class ReplicatedCluster(LocalCluster):
             wait_for(lambda i=i: self.health(i), 30, f"replica {i} to answer /health")
 
     def start_replica(self, i: int, wait: bool = True) -> None:
-        args = ["server", "--db", self.db, "--port", str(self.ports[i])]
+        args = ["server", "--db", self.db, "--host", self.host, "--port", str(self.ports[i])]
         args += ["--node-timeout", str(self.node_timeout)]
         args += ["--sync-interval", str(self.sync_interval), "--lease-ttl", str(self.lease_ttl)]
         args.append("--allow-root-jobs")  # the tests' admin token is root's

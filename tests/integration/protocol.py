@@ -63,9 +63,11 @@ class FakeHardwareAgent:
         gpus: list[dict[str, Any]] | None = None,
         steps: list[dict[str, Any]] | None = None,
         step_logs: list[dict[str, Any]] | None = None,
+        hook_failures: list[dict[str, Any]] | None = None,
     ) -> dict[str, Any]:
         """One sync; ``gpus``: telemetry readings (``GpuTelemetry``), if any; ``steps`` and
-        ``step_logs``: reports on the step tasks it runs and their logs."""
+        ``step_logs``: reports on the step tasks it runs and their logs; ``hook_failures``:
+        its prologs and epilogs that failed (``HookFailure``)."""
         body: dict[str, Any] = {
             "node": self.name,
             "agent_id": self.agent_id,
@@ -74,6 +76,7 @@ class FakeHardwareAgent:
             "free_ports": [40001],
             "steps": steps or [],
             "step_logs": step_logs or [],
+            "hook_failures": hook_failures or [],
         }
         if gpus is not None:
             body["gpus"] = gpus

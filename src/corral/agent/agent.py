@@ -8,7 +8,8 @@ of job steps (processes a job started on its nodes) are run and reported alike. 
 server is unreachable, tasks keep running and the agent retries. A restarted agent is the
 same incarnation (its id is kept under its state directory): it re-adopts the tasks it had
 started, reports those that ended meanwhile, and kills what it cannot account for before
-it registers.
+it registers. With node hooks (``--prolog``/``--epilog``, ``jobhooks.py``), a job's tasks
+start on this node only once its prolog passed here, and its epilog runs once they ended.
 """
 
 from __future__ import annotations
@@ -28,10 +29,17 @@ import httpx
 
 from corral.agent import logship, nodestate
 from corral.agent.cgroups import Limits, probe_cgroups
+from corral.agent.container import ContainerRuntime
+from corral.agent.hooks import HookSettings
 from corral.agent.host import NodeDescription, free_ports, gpu_readings
 from corral.agent.identity import Account, AccountError, lookup_account, make_private_dir
+from corral.agent.images import DEFAULT_CACHE_SIZE, ImageCache, default_cache_dir
+from corral.agent.jobhooks import Attempt, NodeHooks
 from corral.agent.logship import LogCursor
+from corral.agent.reporting import StepKey, TaskKey, task_key, task_report
+from corral.agent.staging import Staging, container_request
 from corral.agent.supervisor import ProcessSupervisor, TaskLaunch, TaskState, TaskStatus
+from corral.agent.taskenv import foreign_env, task_base_env
 from corral.agent.telemetry import (
     FAULTS_FILE,
     SIM_LOAD_ENV,
@@ -49,39 +57,15 @@ from corral.schemas.agent import (
     LogChunk,
     RegisterRequest,
     StepLogChunk,
-    StepReport,
     SyncRequest,
     SyncResponse,
     TaskAck,
-    TaskReport,
 )
 
 log = logging.getLogger("corral.agent")
 MAX_BACKOFF = 5.0
 WATCH_TIMEOUT = 30.0  # seconds one long-poll of /agent/watch may wait
 DEFAULT_LOG_CAP = 100 * 1000 * 1000  # bytes per task, until the server says otherwise
-TaskKey = tuple[int, int, int]  # job id, attempt, rank
-StepKey = tuple[int, int, int, int]  # job id, attempt, step, rank (of a step's task)
-# what a task running as another account keeps of the agent's environment
-PORTABLE_VARIABLES = ("PATH", "LANG", "LANGUAGE", "TZ", "TERM", "TMPDIR", "LD_LIBRARY_PATH")
-PORTABLE_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "NCCL_")
-
-
-def task_base_env(environ: Mapping[str, str]) -> dict[str, str]:
-    """The agent's environment without Corral's own settings and credentials (``CORRAL_*``:
-    its token, join token, home, server): a task gets only the ``CORRAL_*`` variables the
-    agent sets for it."""
-    return {k: v for k, v in environ.items() if not k.startswith("CORRAL_")}
-
-
-def foreign_env(environ: Mapping[str, str]) -> dict[str, str]:
-    """What a task running as another Unix account keeps of the agent's environment: the
-    locale, the search paths and the accelerator settings, nothing of the agent's own."""
-    return {
-        k: v
-        for k, v in environ.items()
-        if k in PORTABLE_VARIABLES or k.startswith(PORTABLE_PREFIXES)
-    }
 
 
 @dataclass
@@ -99,6 +83,12 @@ class AgentSettings:
     ca_cert: Path | None = None  # verify an HTTPS server with this CA (else system CAs)
     contain: bool = True  # one cgroup per task with limits, where the host allows it
     max_pids: int | None = 4096  # processes and threads per task (with cgroups)
+    image_cache: Path | None = None  # unpacked images (default: images.default_cache_dir)
+    image_cache_size: int = DEFAULT_CACHE_SIZE  # bytes, past which unused images go
+    hooks: HookSettings = HookSettings()  # prolog and epilog (none by default)
+    # on stop (SIGTERM): leave the tasks running for the next start of this agent to
+    # re-adopt (a service restart), instead of stopping them and handing the work back
+    keep_tasks_on_stop: bool = False
 
 
 @dataclass
@@ -135,14 +125,27 @@ class Agent:
         scope = f"{self.settings.name}-{self.agent_id[:8]}"
         self._probe = probe_cgroups(scope) if self.settings.contain else None
         self.cgroups = self._probe.manager if self._probe else None
-        self.supervisor = ProcessSupervisor(
-            on_exit=lambda _key: self._wake.set(),
-            base_env={},  # each launch carries its whole environment (see _start)
-            state_dir=state_dir / "tasks",
-            cgroups=self.cgroups,
+        s = self.settings
+        images = ImageCache(s.image_cache or default_cache_dir(s.home), s.image_cache_size, s.name)
+        self.supervisor = Staging(  # a task in an image starts once its image is ready
+            ProcessSupervisor(
+                on_exit=lambda _key: self._wake.set(),
+                base_env={},  # each launch carries its whole environment (see _start)
+                state_dir=state_dir / "tasks",
+                cgroups=self.cgroups,
+            ),
+            ContainerRuntime(images, s.name, s.node.memory),
+            on_change=lambda _key: self._wake.set(),  # report it at once
         )
         self.tasks: dict[TaskKey, _Tracked] = {}
         self.steps: dict[StepKey, _Tracked] = {}  # the tasks of job steps
+        self.hooks = NodeHooks(
+            self.settings.hooks,
+            state_dir / "hooks",
+            self.settings.name,
+            task_base_env(os.environ),
+            on_done=self._wake.set,
+        )
         self.log_cap: int | None = DEFAULT_LOG_CAP
         self._token: str | None = None
         self._server_index = 0
@@ -185,24 +188,43 @@ class Agent:
                     self._server_index += 1
                     self._stop.wait(backoff)
                     backoff = min(MAX_BACKOFF, backoff * 2)
-            self._stop_tasks()
+            self.hooks.close()  # running hooks are killed; epilogs due run at the next start
+            if self.settings.keep_tasks_on_stop:
+                self._leave_tasks()
+            else:
+                self._stop_tasks()
             if self.cgroups is not None:
                 self.cgroups.remove_root()  # (left in place while anything is still in it)
             if self._nvml is not None:
                 self._nvml.close()
             try:  # best effort: hand the work back so that it is requeued at once
-                if self._token:
+                if self._token and not self.settings.keep_tasks_on_stop:
                     self._sync_once(shutdown=True)
             except httpx.HTTPError as exc:
                 log.warning("could not tell the server this agent stopped: %s", exc)
 
     def stop(self) -> None:
         """Stop: every task gets SIGTERM and its grace period. A second call (a second
-        SIGTERM or Ctrl-C) kills what is left at once."""
+        SIGTERM or Ctrl-C) kills what is left at once. With ``keep_tasks_on_stop`` the
+        tasks are left running instead (see ``_leave_tasks``)."""
         if self._stop.is_set():
             self._hurry.set()
         self._stop.set()
         self._wake.set()
+
+    def _leave_tasks(self) -> None:
+        """Exit without stopping anything (``keep_tasks_on_stop``): the tasks keep running
+        and their records stay, for the next start of this agent to re-adopt them. The
+        server keeps the node's jobs as long as that start comes within its node timeout."""
+        running = [s for s in self.supervisor.poll() if s.state is not TaskState.EXITED]
+        self.supervisor.detach()
+        if running:
+            log.info(
+                "stopping; %d task(s) keep running, to be re-adopted when this agent starts "
+                "again (within the server's node timeout, or the node is lost and they are "
+                "requeued)",
+                len(running),
+            )
 
     def _stop_tasks(self) -> None:
         self.supervisor.stop_all(wait=False)
@@ -221,6 +243,7 @@ class Agent:
         else:
             user = pwd.getpwuid(os.geteuid()).pw_name
             log.warning("not running as root: every task runs as %s, whoever submitted it", user)
+        log.info("%s", self.supervisor.runtime.describe())
         if self._probe is None:
             log.warning(
                 "cgroups turned off (--no-cgroups): tasks are process groups, no memory, CPU "
@@ -337,7 +360,9 @@ class Agent:
         self.log_cap = answer.get("log_cap", self.log_cap) or None
         chips = sum(1 for d in s.node.devices if d.kind == "tpu")
         devices = f"{chips} TPU chips" if chips else f"{len(s.node.devices)} GPUs"
-        log.info("registered node %s with %s at %s", s.name, devices, self._url)
+        log.info(
+            "registered node %s (address %s) with %s at %s", s.name, s.address, devices, self._url
+        )
 
     def _sync_once(self, shutdown: bool = False) -> None:
         request = self._build_request()
@@ -346,6 +371,7 @@ class Agent:
             self._post("sync", request.model_dump(mode="json"), self._token or "")
         )
         self.interval = answer.sync_interval
+        self.hooks.reported(request.hook_failures)  # the server has them
         self._apply(answer)
 
     def _build_request(self) -> SyncRequest:
@@ -354,15 +380,15 @@ class Agent:
         budget = logship.SYNC_LOG_BUDGET
         for key, tracked in self._tracked():
             status = statuses.get(tracked.launch.key)
-            if status is None:
-                continue
+            if status is None or status.state is TaskState.STARTING:
+                continue  # (its image is being prepared: the server holds it as assigned)
             exited = status.state is TaskState.EXITED
             limit = min(budget, logship.FINAL_CHUNK if exited else logship.LOG_CHUNK)
             chunk = self._log_chunk(key, tracked, limit) if limit > 0 else None
             if chunk is not None:
                 (step_chunks if len(key) == 4 else chunks).append(chunk)
                 budget -= len(chunk.data) * 3 // 4
-            report = _report(key, status, self.settings.name)
+            report = task_report(key, status, self.settings.name)
             (step_reports if len(key) == 4 else reports).append(report)
         return SyncRequest(
             node=self.settings.name,
@@ -374,6 +400,7 @@ class Agent:
             gpus=self._telemetry(statuses),
             steps=step_reports,
             step_logs=step_chunks,
+            hook_failures=self.hooks.failures(),
         )
 
     def _telemetry(self, statuses: Mapping[str, TaskStatus]) -> list[GpuTelemetry] | None:
@@ -428,14 +455,16 @@ class Agent:
         self.log_cap = answer.log_cap or None
         acks: list[TaskAck] = [*answer.acks, *answer.step_acks]
         for ack in acks:
-            tracked = self._table(_key(ack)).get(_key(ack))
+            tracked = self._table(task_key(ack)).get(task_key(ack))
             if tracked is not None:
                 tracked.log.server_offset = ack.log_offset
                 tracked.server_final = ack.final
                 logship.release(tracked.log, ack.log_offset)  # the server has these bytes
-        desired = {_key(t): t for t in [*answer.tasks, *answer.steps]}
+        desired = {task_key(t): t for t in [*answer.tasks, *answer.steps]}
+        # a job's tasks start on this node once its prolog passed here (see jobhooks)
+        admitted = self.hooks.admit(desired.values(), self._attempts())
         for key, task in desired.items():
-            if key not in self._table(key):
+            if key not in self._table(key) and key[:2] in admitted:
                 self._start(key, task)
                 self._wake.set()  # report the start at once, not at the next interval
         for key, tracked in self._tracked():
@@ -454,6 +483,16 @@ class Agent:
                 if tracked.load_file is not None:
                     self._loads.forget(tracked.load_file)
                     tracked.load_file.unlink(missing_ok=True)
+        self.hooks.reconcile(self._attempts(live=True), {key[:2] for key in desired})
+
+    def _attempts(self, live: bool = False) -> set[Attempt]:
+        """The job attempts this agent started tasks of (``live``: that still run here)."""
+        attempts = set()
+        for key, tracked in self._tracked():
+            status = self.supervisor.status(tracked.launch.key) if live else None
+            if not live or (status is not None and status.state is not TaskState.EXITED):
+                attempts.add((key[0], key[1]))
+        return attempts
 
     def _account(self, user: str | None) -> Account | None:
         """The account a task runs as; None: as this agent (not root, or the same account).
@@ -527,7 +566,7 @@ class Agent:
             failure=failure,
         )
         self._table(key)[key] = _Tracked(launch, gpus=tuple(task.gpus), load_file=load_file)
-        status = self.supervisor.start(launch)
+        status = self.supervisor.start(launch, container_request(task, checkpoint_dir))
         if status.state is TaskState.EXITED:
             log.warning("task %s could not start: %s", launch.key, status.reason)
         else:
@@ -545,43 +584,6 @@ class Agent:
             os.chmod(root, 0o711)
         for path in (checkpoint_dir, *log_dirs):
             make_private_dir(path, account)
-
-
-def _key(item: DesiredTask | TaskAck) -> TaskKey | StepKey:
-    """The key a task (or a step's task) of the server's answer is tracked under."""
-    step = getattr(item, "step", 0)
-    if step:
-        return (item.job_id, item.attempt, step, item.rank)
-    return (item.job_id, item.attempt, item.rank)
-
-
-def _report(key: TaskKey | StepKey, status: TaskStatus, node: str) -> TaskReport:
-    """The task as the server should see it. An exit is reported at once, whatever of the
-    log is still to ship: the job's devices are free when its processes are gone."""
-    exited = status.state is TaskState.EXITED
-    if status.state is TaskState.RUNNING:
-        state = "running"
-    else:
-        state = "exited" if exited else "terminating"
-    reason = status.reason
-    if reason and "this node" in reason:
-        reason = reason.replace("this node", f"node {node}")
-    if len(key) == 4:
-        ids: dict[str, int] = {"job_id": key[0], "attempt": key[1], "step": key[2], "rank": key[3]}
-    else:
-        ids = {"job_id": key[0], "attempt": key[1], "rank": key[2]}
-    model = StepReport if len(key) == 4 else TaskReport
-    return model(
-        **ids,
-        state=state,
-        pid=status.pid,
-        exit_code=status.exit_code if exited else None,
-        started_at=status.started_at,
-        ended_at=status.ended_at if exited else None,
-        peak_memory=status.peak_memory,
-        cpu_seconds=status.cpu_seconds,
-        reason=reason[:1024] if reason else None,
-    )
 
 
 def _msg(exc: httpx.HTTPStatusError) -> str:

@@ -217,19 +217,21 @@ class TaskCgroup:
             return fs.read_keyed(track / "cgroup.events", "populated") == 1
         return bool(fs.read_procs(track))
 
-    def signal(self, sig: int) -> None:
-        """Send ``sig`` to every process in the task: with the task frozen meanwhile where
-        the host can freeze it, so that no process forked in between misses it."""
+    def signal(self, sig: int, spare: frozenset[int] = frozenset()) -> None:
+        """Send ``sig`` to every process in the task but ``spare``: with the task frozen
+        meanwhile where the host can freeze it, so that no process forked in between
+        misses it."""
         freezer = self._freezer()
         if freezer is None:
-            self._signal_members(sig)
+            self._signal_members(sig, spare)
         else:
-            self._frozen_signal(*freezer, sig)
+            self._frozen_signal(*freezer, sig, spare)
 
-    def _signal_members(self, sig: int) -> None:
+    def _signal_members(self, sig: int, spare: frozenset[int] = frozenset()) -> None:
         for pid in self.pids():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, sig)
+            if pid not in spare:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, sig)
 
     def _freezer(self) -> tuple[Path, tuple[str, str], Callable[[Path], bool]] | None:
         """The task's freeze control: v2 ``cgroup.freeze``, else the v1 freezer's state."""
@@ -286,19 +288,25 @@ class TaskCgroup:
             self.signal(signal.SIGKILL)
 
     def _frozen_signal(
-        self, control: Path, values: tuple[str, str], frozen: Callable[[Path], bool], sig: int
+        self,
+        control: Path,
+        values: tuple[str, str],
+        frozen: Callable[[Path], bool],
+        sig: int,
+        spare: frozenset[int] = frozenset(),
     ) -> None:
-        """Freeze, send ``sig`` to every member (none can fork meanwhile), thaw."""
+        """Freeze, send ``sig`` to every member but ``spare`` (none can fork meanwhile),
+        thaw."""
         try:
             fs.write(control, values[0])
         except OSError:
-            self._signal_members(sig)
+            self._signal_members(sig, spare)
             return
         try:
             deadline = time.monotonic() + 1.0
             while not frozen(control.parent) and time.monotonic() < deadline:
                 time.sleep(0.005)
-            self._signal_members(sig)
+            self._signal_members(sig, spare)
         finally:
             with contextlib.suppress(OSError):
                 fs.write(control, values[1])

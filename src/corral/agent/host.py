@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
+from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -55,17 +56,33 @@ def load_node_file(path: Path) -> NodeDescription:
     return validate(NodeDescription, json.loads(path.read_text()), str(path))
 
 
-def local_address(server_url: str) -> str:
-    """The address other nodes reach this host at: the interface that routes to the server."""
-    host = urlparse(server_url).hostname or "127.0.0.1"
-    if host in ("localhost", "127.0.0.1", "::1"):
-        return "127.0.0.1"
+def local_address(server_urls: str | Sequence[str]) -> str:
+    """The address other nodes reach this host at (``corral agent --address``'s default):
+    the source address this host uses to reach the server, i.e. the address of the
+    interface its route to the server leaves through, as the kernel picks it. The servers
+    (replicas) are tried in order until one's name resolves and has a route; IPv4 is
+    preferred. A server on loopback means a one-host cluster: ``127.0.0.1``. With none
+    usable: the address the host name resolves to."""
+    urls = [server_urls] if isinstance(server_urls, str) else list(server_urls)
+    for url in urls:
+        host = urlparse(url if "://" in url else f"http://{url}").hostname or "127.0.0.1"
+        if host in ("localhost", "127.0.0.1", "::1"):
+            return "127.0.0.1"
+        try:
+            found = socket.getaddrinfo(host, 9, type=socket.SOCK_DGRAM)
+        except (OSError, UnicodeError):
+            continue  # (name does not resolve now)
+        for family, _, _, _, sockaddr in sorted(found, key=lambda a: a[0] != socket.AF_INET):
+            try:
+                with socket.socket(family, socket.SOCK_DGRAM) as probe:
+                    probe.connect(sockaddr)  # no packet is sent for a UDP connect
+                    return str(probe.getsockname()[0]).split("%")[0]
+            except OSError:
+                continue  # (no route)
     try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-            probe.connect((host, 9))  # no packet is sent for UDP connect
-            return probe.getsockname()[0]
-    except OSError:
         return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return "127.0.0.1"
 
 
 def free_ports(count: int = 4) -> list[int]:

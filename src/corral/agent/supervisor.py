@@ -46,7 +46,9 @@ from corral.agent.taskstate import (
     TaskRecord,
     TaskStore,
     group_has_live_members,
+    group_members,
     process_alive,
+    process_children,
     process_cmdline,
     process_start_time,
     read_exit_status,
@@ -69,6 +71,7 @@ DOWN_REASON = "exit status unknown: the task ended while the agent was down"
 
 
 class TaskState(StrEnum):
+    STARTING = "starting"  # being prepared (its image unpacked): no process yet
     RUNNING = "running"
     TERMINATING = "terminating"
     EXITED = "exited"
@@ -404,9 +407,19 @@ class ProcessSupervisor:
         task.owed_term = None if running else cmdline
 
     def _signal(self, task: _Task, sig: signal.Signals) -> None:
+        """``sig`` to the whole task; a container runtime (the shim's child) is spared, so
+        that it outlives what it runs and reports its exit status."""
+        spare = frozenset()
+        if task.launch.runtime and task.pid is not None:
+            spare = frozenset(process_children(task.pid))
         if task.cgroup is not None:
-            task.cgroup.signal(sig)
-        elif (pgid := _group_of(task)) is not None:
+            task.cgroup.signal(sig, spare)
+        elif (pgid := _group_of(task)) is not None and spare:
+            for pid in group_members(pgid):
+                if pid not in spare:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, sig)
+        elif pgid is not None:
             _killpg(pgid, sig)
 
     def _kill(self, task: _Task) -> None:
@@ -431,7 +444,9 @@ class ProcessSupervisor:
         cgroup = task.cgroup
         if task.owed_term is not None and task.killed_at is None and task.pid is not None:
             started = shim.started_commands(task.pid, task.owed_term)
-            for pid in started:
+            if started and task.launch.runtime:
+                self._signal(task, signal.SIGTERM)  # into its container
+            for pid in [] if task.launch.runtime else started:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGTERM)
             task.owed_term = None if started else task.owed_term

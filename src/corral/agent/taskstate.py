@@ -31,7 +31,9 @@ class TaskLaunch:
     are created). ``grace_period``: seconds between SIGTERM and SIGKILL when stopped.
     ``account``: run as this account (an Account, or a name looked up at start); None: as
     the agent. ``failure``: if set, the task is not run but reported EXITED (127) with this
-    reason. ``meta``: JSON-able data the agent wants back after a restart.
+    reason. ``meta``: JSON-able data the agent wants back after a restart. ``runtime``: the
+    command runs in a container runtime (``"bwrap"``), the shim's child: a SIGTERM goes to
+    what runs inside it, not to the runtime, which outlives it to report the exit status.
     """
 
     key: str
@@ -44,6 +46,7 @@ class TaskLaunch:
     limits: Limits = Limits()
     meta: dict[str, Any] = field(default_factory=dict)
     failure: str | None = None
+    runtime: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         account = self.account.to_json() if isinstance(self.account, Account) else self.account
@@ -58,6 +61,7 @@ class TaskLaunch:
             "limits": self.limits.to_json(),
             "meta": self.meta,
             "failure": self.failure,
+            "runtime": self.runtime,
         }
 
     @classmethod
@@ -74,6 +78,7 @@ class TaskLaunch:
             limits=Limits.from_json(data.get("limits") or {}),
             meta=dict(data.get("meta") or {}),
             failure=data.get("failure"),
+            runtime=data.get("runtime"),
         )
 
 
@@ -224,6 +229,17 @@ def group_has_live_members(pgid: int | None) -> bool:
         if fields and len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in "ZX":
             return True
     return False
+
+
+def group_members(pgid: int) -> list[int]:
+    """Pids of the live (non-zombie) processes in process group ``pgid``."""
+    members = []
+    with contextlib.suppress(OSError):
+        for name in os.listdir("/proc"):
+            fields = _stat_fields(int(name)) if name.isdigit() else None
+            if fields and len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in "ZX":
+                members.append(int(name))
+    return members
 
 
 def process_cmdline(pid: int) -> bytes | None:

@@ -1,14 +1,13 @@
-"""Cluster commands: up, down, server, agent, status, nodes, queues, drain, undrain."""
+"""Cluster commands: up, down, status, nodes, queues, drain, undrain (``corral server`` and
+``corral agent`` are in ``cli.daemons``)."""
 
 from __future__ import annotations
 
-import logging
-import os
 import signal
 import threading
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -18,11 +17,11 @@ from corral.client.config import (
     DEFAULT_PORT,
     TOKEN_FILE,
     corral_home,
-    resolve_ca_cert,
-    resolve_join_token,
-    resolve_servers,
 )
-from corral.errors import ConnectionFailedError, ValidationError
+from corral.errors import ConnectionFailedError
+
+if TYPE_CHECKING:
+    pass
 
 app = typer.Typer()
 
@@ -122,257 +121,6 @@ def down() -> None:
         console.print(f"no cluster started by `corral up` is recorded in {home}")
         return
     console.print(f"stopped the cluster at {state.server_url} ({len(state.agent_pids)} agent(s))")
-
-
-@app.command()
-def server(
-    db: Annotated[
-        str | None, typer.Option("--db", help="sqlite:///path or postgresql://...")
-    ] = None,
-    host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="port to listen on")] = DEFAULT_PORT,
-    config: Annotated[Path | None, typer.Option("--config", help="scheduler.yaml")] = None,
-    node_timeout: Annotated[
-        float,
-        typer.Option("--node-timeout", help="seconds without a heartbeat before a node is lost"),
-    ] = 30.0,
-    sync_interval: Annotated[
-        float, typer.Option("--sync-interval", help="seconds between agent syncs")
-    ] = 2.0,
-    telemetry_retention: Annotated[
-        str,
-        typer.Option(
-            "--telemetry-retention",
-            help="GPU telemetry kept in memory: AGE or AGE/RESOLUTION, e.g. 1h/10s (the default)",
-        ),
-    ] = "1h/10s",
-    lease_ttl: Annotated[
-        float,
-        typer.Option(
-            "--lease-ttl",
-            help="seconds the scheduler leader's lease lasts unrenewed (replicas take over "
-            "after it)",
-        ),
-    ] = 4.0,
-    advertise: Annotated[
-        str | None,
-        typer.Option(help="URL other replicas and clients reach this one at (shown in health)"),
-    ] = None,
-    tls_cert: Annotated[
-        Path | None, typer.Option("--tls-cert", help="serve HTTPS with this certificate (PEM)")
-    ] = None,
-    tls_key: Annotated[
-        Path | None, typer.Option("--tls-key", help="the certificate's private key (PEM)")
-    ] = None,
-    max_grace_period: Annotated[
-        str,
-        typer.Option(
-            "--max-grace-period",
-            help="the longest grace_period a job may ask for (longer: refused), e.g. 10m",
-        ),
-    ] = "10m",
-    log_cap: Annotated[
-        str,
-        typer.Option(
-            "--log-cap", help="bytes of each task's log kept (past it the oldest go), e.g. 100MB"
-        ),
-    ] = "100MB",
-    allow_root_jobs: Annotated[
-        bool,
-        typer.Option(
-            "--allow-root-jobs",
-            help="run jobs whose Unix account is root (refused by default)",
-        ),
-    ] = False,
-) -> None:
-    """The control plane alone (REST API, state, scheduling loop).
-
-    Several replicas may share one database (PostgreSQL, or a SQLite file on one host):
-    all serve the API and one, elected through the database, runs the scheduling loop."""
-    from corral.core.units import parse_duration, parse_size
-    from corral.server.app import serve
-    from corral.server.context import ServerSettings
-
-    home = corral_home()
-    if config is not None and not config.is_file():
-        raise ValidationError(f"--config: no such file {config}")
-    age_text, _, step_text = telemetry_retention.partition("/")
-    try:
-        age, step = parse_duration(age_text), parse_duration(step_text or "10s")
-    except ValueError as exc:
-        raise ValidationError(f"--telemetry-retention: {exc}") from None
-    if age <= 0:
-        raise ValidationError("--telemetry-retention: the age must be positive")
-    if lease_ttl < 1:
-        raise ValidationError(f"--lease-ttl: at least 1 second, got {lease_ttl:g}")
-    if (tls_cert is None) != (tls_key is None):
-        raise ValidationError("--tls-cert and --tls-key go together")
-    for flag, path in (("--tls-cert", tls_cert), ("--tls-key", tls_key)):
-        if path is not None and not path.is_file():
-            raise ValidationError(f"{flag}: no such file {path}")
-    try:
-        grace_cap = parse_duration(max_grace_period)
-    except ValueError as exc:
-        raise ValidationError(f"--max-grace-period: {exc}") from None
-    try:
-        cap = parse_size(log_cap)
-    except ValueError as exc:
-        raise ValidationError(f"--log-cap: {exc}") from None
-    if cap < 1024:
-        raise ValidationError(f"--log-cap: at least 1KB, got {log_cap}")
-    serve(
-        ServerSettings(
-            db_url=db or f"sqlite:///{home / 'corral.db'}",
-            home=home,
-            host=host,
-            port=port,
-            config_path=config,
-            node_timeout=node_timeout,
-            sync_interval=sync_interval,
-            telemetry_max_age=age,
-            telemetry_resolution=step,
-            telemetry_max_samples=int(age / step) + 2 if step > 0 else 100_000,
-            lease_ttl=lease_ttl,
-            advertise=advertise,
-            tls_cert=tls_cert,
-            tls_key=tls_key,
-            max_grace_period=grace_cap,
-            log_cap=cap,
-            allow_root_jobs=allow_root_jobs,
-        )
-    )
-
-
-@app.command()
-def agent(
-    server: ServerOpt = None,
-    name: Annotated[str | None, typer.Option(help="node name (default: the host name)")] = None,
-    simulate: Annotated[str | None, typer.Option(help="simulated GPUs, e.g. 8xH100")] = None,
-    node_file: Annotated[
-        Path | None,
-        typer.Option("--node-file", help="declared node (JSON), as `corral up --cluster` writes"),
-    ] = None,
-    labels: Annotated[str | None, typer.Option(help="k=v,... node labels")] = None,
-    attributes: Annotated[
-        str | None,
-        typer.Option(
-            help="k=v,... numeric node attributes for scoring plugins, e.g. cost_per_hour=3.5"
-        ),
-    ] = None,
-    network: Annotated[
-        str | None,
-        typer.Option(help="path in the network tree, outermost first: zone-a/spine-1/leaf-1"),
-    ] = None,
-    address: Annotated[
-        str | None, typer.Option(help="address other nodes reach this one at")
-    ] = None,
-    join_token_file: Annotated[
-        Path | None,
-        typer.Option(
-            "--join-token-file",
-            help="file holding the join token (default: $CORRAL_JOIN_TOKEN, else "
-            "$CORRAL_HOME/join-token)",
-        ),
-    ] = None,
-    join_token: Annotated[
-        str | None,
-        typer.Option(
-            "--join-token",
-            help="the join token itself: visible to every local user in the process list; "
-            "prefer --join-token-file",
-        ),
-    ] = None,
-    checkpoint_root: Annotated[
-        Path | None,
-        typer.Option(
-            "--checkpoint-root",
-            help="where CORRAL_CHECKPOINT_DIR lives (shared storage; default "
-            "$CORRAL_HOME/checkpoints, or /var/lib/corral/checkpoints when run as root)",
-        ),
-    ] = None,
-    cgroups: Annotated[
-        bool,
-        typer.Option(
-            "--cgroups/--no-cgroups",
-            help="one cgroup per task: memory, CPU and process limits, and nothing a task "
-            "starts outlives it (where the host allows)",
-        ),
-    ] = True,
-    max_pids: Annotated[
-        int,
-        typer.Option("--max-pids", min=1, help="processes and threads per task (cgroups)"),
-    ] = 4096,
-    ca_cert: Annotated[
-        Path | None,
-        typer.Option("--ca-cert", help="CA certificate of an HTTPS server (or $CORRAL_CA_CERT)"),
-    ] = None,
-) -> None:
-    """A node agent: registers its GPUs, runs the tasks placed on it, reports them."""
-    import socket
-
-    from corral.agent.agent import Agent, AgentSettings
-    from corral.agent.host import describe_host, load_node_file, local_address
-    from corral.cli.common import parse_pairs
-    from corral.privatefiles import private_dir
-
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    servers = resolve_servers(server)
-    if join_token is not None:
-        logging.getLogger("corral.agent").warning(
-            "--join-token is visible to every user of this host (ps, /proc); "
-            "use --join-token-file or $CORRAL_JOIN_TOKEN"
-        )
-    if join_token_file is not None:
-        try:
-            join_token = join_token_file.read_text().strip()
-        except OSError as exc:
-            raise ValidationError(
-                f"--join-token-file: cannot read {join_token_file}: {exc}"
-            ) from None
-    token = resolve_join_token(join_token)
-    if not token:
-        raise ValidationError(
-            "no join token: pass --join-token-file, set CORRAL_JOIN_TOKEN, or run on the "
-            "server's host"
-        )
-    label_map = parse_pairs([p for p in (labels or "").split(",") if p], "--labels")
-    node = load_node_file(node_file) if node_file else describe_host(simulate, label_map)
-    if node_file and label_map:
-        node.labels.update(label_map)
-    if network:
-        node.network = [part for part in network.replace(",", "/").split("/") if part]
-    for key, value in parse_pairs(
-        [p for p in (attributes or "").split(",") if p], "--attributes"
-    ).items():
-        try:
-            node.attributes[key] = float(value)
-        except ValueError:
-            raise ValidationError(f"--attributes: {key} must be a number, got {value!r}") from None
-    node_name = name or socket.gethostname().split(".")[0]
-    home = private_dir(corral_home())
-    if checkpoint_root is None:
-        as_root = os.geteuid() == 0
-        checkpoint_root = Path("/var/lib/corral/checkpoints") if as_root else home / "checkpoints"
-    settings = AgentSettings(
-        servers=servers,
-        join_token=token,
-        name=node_name,
-        address=address or local_address(servers[0]),
-        node=node,
-        home=home / "agents" / node_name,
-        checkpoint_root=checkpoint_root,
-        read_gpu_health=node_file is None and simulate is None,
-        simulated=node_file is not None or simulate is not None,
-        ca_cert=resolve_ca_cert(ca_cert),
-        contain=cgroups,
-        max_pids=max_pids,
-    )
-    worker = Agent(settings)
-    signal.signal(signal.SIGTERM, lambda *_: worker.stop())
-    signal.signal(signal.SIGINT, lambda *_: worker.stop())
-    worker.run()
 
 
 @app.command()

@@ -46,7 +46,10 @@ def build_manifest(
         if flags.get(key) is not None:
             resources[key] = flags.pop(key)
         flags.pop(key, None)
+    mounts = flags.pop("mounts", None)
     data.update({k: v for k, v in flags.items() if v is not None})
+    if mounts:  # added to the file's
+        data["mounts"] = [*data.get("mounts", []), *mounts]
     if env:
         data["env"] = {**data.get("env", {}), **parse_pairs(env, "--env")}
     if command:
@@ -94,6 +97,20 @@ def submit(
     requeue: Annotated[bool | None, typer.Option("--requeue/--no-requeue")] = None,
     env: Annotated[list[str] | None, typer.Option("--env", "-e", help="K=V, repeatable")] = None,
     workdir: Annotated[str | None, typer.Option(help="working directory of the tasks")] = None,
+    image: Annotated[
+        str | None,
+        typer.Option(
+            help="container image: a root filesystem directory, oci:PATH, oci-archive:PATH "
+            "or docker-archive:PATH (docs/containers.md)"
+        ),
+    ] = None,
+    mounts: Annotated[
+        list[str] | None,
+        typer.Option("--mount", help="HOST[:CONTAINER][:ro] mounted into the image; repeatable"),
+    ] = None,
+    shm_size: Annotated[
+        str | None, typer.Option("--shm-size", help="size of /dev/shm in the image, e.g. 16GB")
+    ] = None,
     dependency: Annotated[
         str | None,
         typer.Option("--dependency", "-d", help="e.g. afterok:12:13,afterany:14 or singleton"),
@@ -135,6 +152,9 @@ def submit(
             "grace_period": grace_period,
             "requeue": requeue,
             "workdir": workdir,
+            "image": image,
+            "mounts": mounts,
+            "shm_size": shm_size,
             "dependency": dependency,
             "hold": hold or None,
             "array": array,

@@ -8,7 +8,19 @@ import typer
 from rich.markup import escape
 
 import corral
-from corral.cli import auth, cluster, demo, jobs, monitoring, run, sbatch, sim, steps, tokens
+from corral.cli import (
+    auth,
+    cluster,
+    daemons,
+    demo,
+    jobs,
+    monitoring,
+    run,
+    sbatch,
+    sim,
+    steps,
+    tokens,
+)
 from corral.cli.common import err_console
 from corral.errors import CorralError
 
@@ -41,6 +53,7 @@ for sub in (
     run.app,
     sbatch.app,
     cluster.app,
+    daemons.app,
     auth.app,
     monitoring.app,
     sim.app,

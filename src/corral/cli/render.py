@@ -251,7 +251,10 @@ def cpu_time(seconds: float) -> str:
 
 
 def nodes_table(nodes: list[NodeOut], now: float) -> Table:
+    """One row per node; a REASON column when a node is drained or lost (why: an admin, GPU
+    errors, a failed prolog...)."""
     table = Table(box=None, header_style="bold", pad_edge=False)
+    reasons = any(n.reason and n.state != "ready" for n in nodes)
     for col in (
         "NAME",
         "STATE",
@@ -263,8 +266,9 @@ def nodes_table(nodes: list[NodeOut], now: float) -> Table:
         "NETWORK",
         "JOBS",
         "HEARTBEAT",
+        *(("REASON",) if reasons else ()),
     ):
-        table.add_column(col, no_wrap=col not in ("DEVICES", "JOBS"))
+        table.add_column(col, no_wrap=col not in ("DEVICES", "JOBS", "REASON"))
     for node in nodes:
         cells = "".join(
             "■" if d.share_used >= 1 else ("◧" if d.share_used > 0 else "□") for d in node.devices
@@ -285,6 +289,7 @@ def nodes_table(nodes: list[NodeOut], now: float) -> Table:
             "-"
             if node.last_heartbeat is None
             else format_duration(now - node.last_heartbeat) + " ago",
+            *((Text((node.reason or "-") if node.state != "ready" else "-"),) if reasons else ()),
         )
     return table
 
@@ -321,7 +326,7 @@ def tokens_table(tokens: list[TokenOut]) -> Table:
         table.add_row(
             str(t.id),
             Text(t.user),
-            Text(t.unix_user or t.user),
+            Text(t.unix_user or t.user) if t.role in ("admin", "user") else Text("-"),
             t.role,
             when(t.created_at),
             when(t.revoked_at),

@@ -17,7 +17,9 @@ app = typer.Typer(
 @app.command()
 def create(
     user: Annotated[str, typer.Option(help="who the token is for")],
-    role: Annotated[str, typer.Option(help="admin or user")] = "user",
+    role: Annotated[
+        str, typer.Option(help="admin, user, or join (what agents register nodes with)")
+    ] = "user",
     unix_user: Annotated[
         str | None,
         typer.Option(

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from functools import cached_property
 
+from corral.core.container import Mount
 from corral.core.resources import GpuKind, GpuRequest
 from corral.core.tpu import TpuRequest
 
@@ -152,6 +153,11 @@ class JobSpec:
     requeue: bool = True
     env: tuple[tuple[str, str], ...] = ()
     workdir: str | None = None
+    # the container the tasks run in (``core.container``): an image, host paths mounted
+    # into it, the size of its /dev/shm (bytes); no image: the node's own filesystem
+    image: str | None = None
+    mounts: tuple[Mount, ...] = ()
+    shm_size: int | None = None
     kind: str = DEFAULT_KIND
     roles: tuple[RoleSpec, ...] = ()
     kind_options: tuple[tuple[str, str], ...] = ()

@@ -23,7 +23,7 @@ import httpx
 from corral.client.config import SERVER_FILE, TOKEN_FILE
 from corral.errors import ConflictError, CorralError, ValidationError
 from corral.privatefiles import private_dir
-from corral.schemas.cluster import load_cluster
+from corral.schemas.cluster import NodeDecl, load_cluster
 
 STATE_FILE = "up.json"
 
@@ -36,6 +36,7 @@ class NodeLaunch:
     gpus: int = 0
     model: str = ""
     tpu_chips: int = 0  # a TPU host's chips (not counted in gpus)
+    agent_args: tuple[str, ...] = ()  # more `corral agent` options (node hooks)
 
 
 @dataclass
@@ -61,6 +62,7 @@ def plan_nodes(
         cluster = load_cluster(cluster_file.read_text(), str(cluster_file))
         (home / "nodes").mkdir(parents=True, exist_ok=True)
         launches = []
+        hooked = cluster.hooked()
         for node in cluster.to_nodes():
             path = home / "nodes" / f"{node.name}.json"
             path.write_text(json.dumps(_node_file(node)))
@@ -72,6 +74,7 @@ def plan_nodes(
                     gpus=len(gpus),
                     model=gpus[0].model if gpus else "",
                     tpu_chips=node.tpu_chips,
+                    agent_args=_hook_args(hooked.get(node.name), cluster_file.absolute().parent),
                 )
             )
         return launches
@@ -91,6 +94,19 @@ def plan_nodes(
         )
         for i in range(count)
     ]
+
+
+def _hook_args(decl: NodeDecl | None, base: Path) -> tuple[str, ...]:
+    """The agent options of a declared node's hooks (paths taken from ``base``)."""
+    if decl is None:
+        return ()
+    args: list[str] = []
+    for flag, path in (("--prolog", decl.prolog), ("--epilog", decl.epilog)):
+        if path:
+            args += [flag, str(base / Path(path).expanduser())]
+    if decl.hook_timeout is not None:
+        args += ["--hook-timeout", f"{decl.hook_timeout:g}"]
+    return tuple(args)
 
 
 def _node_file(node) -> dict:  # noqa: ANN001
@@ -172,7 +188,10 @@ class EmbeddedCluster:
         down(self.home)  # leftovers of a cluster whose server died: stop its agents
         private_dir(self.home)
         (self.home / "logs").mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "CORRAL_HOME": str(self.home)}
+        # the flags below are the whole configuration: none of the daemons' settings
+        # from the caller's environment (CORRAL_DB, CORRAL_TLS_CERT, CORRAL_JOIN_TOKEN, ...)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
+        env["CORRAL_HOME"] = str(self.home)
         server_cmd = [
             sys.executable,
             "-m",
@@ -213,6 +232,7 @@ class EmbeddedCluster:
                     cmd += ["--simulate", launch.simulate]
                 if launch.node_file:
                     cmd += ["--node-file", launch.node_file]
+                cmd += launch.agent_args
                 self.agents[launch.name] = self._spawn(cmd, f"agent-{launch.name}.log", env)
             self._wait_nodes(timeout)
         except BaseException:

@@ -114,6 +114,19 @@ class GpuTelemetry(Strict):
     last_xid: int | None = None  # the code of the latest critical Xid event, if any
 
 
+class HookFailure(Strict):
+    """A node hook that failed for a job attempt (``corral agent --prolog/--epilog``): the
+    server drains the node; after a prolog it also gives back the job's tasks here, which
+    never started, and requeues the job. ``exit_code``: None when the hook did not exit on
+    its own (could not start, timed out)."""
+
+    job_id: Int64
+    attempt: Int64
+    hook: Literal["prolog", "epilog"]
+    exit_code: Int64 | None = None
+    reason: str = Field(min_length=1, max_length=1024)  # quotes the hook's last output line
+
+
 class SyncRequest(Strict):
     node: str
     agent_id: str = Field(min_length=1, max_length=64)
@@ -125,6 +138,15 @@ class SyncRequest(Strict):
     gpus: list[GpuTelemetry] | None = None  # per-GPU readings at this sync; None: none taken
     steps: list[StepReport] = Field(default_factory=list)  # every step task it knows
     step_logs: list[StepLogChunk] = Field(default_factory=list)
+    hook_failures: list[HookFailure] = Field(default_factory=list)  # not yet reported ones
+
+
+class MountSpec(BaseModel):
+    """A host path mounted into a task's container (``core.container.Mount``)."""
+
+    source: str
+    target: str
+    read_only: bool = False
 
 
 class DesiredTask(BaseModel):
@@ -141,6 +163,13 @@ class DesiredTask(BaseModel):
     # the job asked for none, no limit
     cpus: float | None = None
     memory: int | None = None
+    # the container it runs in (SPEC section 7); no image: the node's own filesystem
+    image: str | None = None
+    mounts: list[MountSpec] = Field(default_factory=list)
+    shm_size: int | None = None  # bytes of its /dev/shm
+    # every GPU the job holds on this node (device files in the container: local ranks
+    # reach each other's GPUs, as without one); ``gpus`` are the task's own
+    node_gpus: list[int] = Field(default_factory=list)
 
 
 class DesiredStepTask(DesiredTask):

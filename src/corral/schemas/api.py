@@ -215,7 +215,8 @@ UNIX_NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*\$?$"  # a POSIX-style account name
 
 class TokenCreate(Strict):
     user: str = Field(min_length=1, max_length=128)
-    role: str = Field(default="user", pattern="^(admin|user)$")
+    # join: what agents register nodes with (a second one, to rotate the server's first)
+    role: str = Field(default="user", pattern="^(admin|user|join)$")
     # the Unix account the user's jobs run as on the nodes; None: the user name itself
     unix_user: str | None = Field(default=None, min_length=1, max_length=128, pattern=UNIX_NAME)
 

@@ -13,7 +13,7 @@ from pydantic import Field, model_validator
 from corral.core.node import Device, Node
 from corral.core.tpu import TPU, TpuHost, format_shape
 from corral.errors import ValidationError
-from corral.schemas.common import Size, Strict, validate
+from corral.schemas.common import Duration, Size, Strict, validate
 
 _RANGE = re.compile(r"\{(\d+)\.\.(\d+)\}")
 DEFAULT_GPU_MEMORY = 80 * 1000**3
@@ -86,6 +86,11 @@ class NodeDecl(Strict):
     mig: dict[int, list[str]] = Field(default_factory=dict)
     attributes: dict[str, float] = Field(default_factory=dict)  # for scoring plugins
     address: str = "127.0.0.1"
+    # node hooks of `corral up --cluster`'s agents (--prolog, --epilog, --hook-timeout);
+    # a relative path is taken from the cluster file's directory
+    prolog: str | None = Field(default=None, min_length=1)
+    epilog: str | None = Field(default=None, min_length=1)
+    hook_timeout: Duration | None = Field(default=None, gt=0)
 
 
 class TpuPodDecl(Strict):
@@ -163,6 +168,15 @@ class TpuPodDecl(Strict):
 class ClusterFile(Strict):
     nodes: list[NodeDecl] = Field(default_factory=list)
     tpu_pods: list[TpuPodDecl] = Field(default_factory=list)
+
+    def hooked(self) -> dict[str, NodeDecl]:
+        """The declaration of each node (names expanded) that has a prolog or an epilog."""
+        return {
+            name: decl
+            for decl in self.nodes
+            if decl.prolog or decl.epilog
+            for name in expand_names(decl.name)
+        }
 
     def to_nodes(self) -> list[Node]:
         """Every declared node, names expanded; ``ValidationError`` on duplicates."""

@@ -12,6 +12,7 @@ import yaml
 from pydantic import Field, field_validator, model_serializer, model_validator
 
 from corral.core.array import MAX_SPEC_LENGTH, parse_array
+from corral.core.container import MAX_PATH, check_mounts, check_path, parse_image
 from corral.core.dependency import parse_dependency
 from corral.core.job import (
     DEFAULT_KIND,
@@ -130,6 +131,12 @@ class JobManifest(Strict):
     command: Command
     env: dict[EnvKey, Arg] = Field(default_factory=dict, max_length=MAX_ENV)
     workdir: Annotated[str, Field(max_length=4096)] | None = None
+    # the container the tasks run in (SPEC section 7, ``core.container``): a root
+    # filesystem directory, oci:PATH, oci-archive:PATH, docker-archive:PATH or a reference
+    # to pull; host paths mounted in it (HOST[:CONTAINER][:ro]); the size of its /dev/shm
+    image: Annotated[str, Field(max_length=MAX_PATH + 16)] | None = None
+    mounts: list[Annotated[str, Field(max_length=2 * MAX_PATH + 8)]] | None = None
+    shm_size: Size | None = None
     kind: Short | None = None  # None: pytorch, or tpu for a TPU slice
     roles: list[RoleModel] | None = Field(default=None, min_length=1, max_length=MAX_ROLES)
     # the kinds' blocks (``mpi: {...}``), by kind name: written as top-level keys
@@ -210,6 +217,26 @@ class JobManifest(Strict):
     def _env(cls, value: dict[str, str]) -> dict[str, str]:
         return _check_env(value)
 
+    @field_validator("image")
+    @classmethod
+    def _image(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_image(value)
+        return value
+
+    @field_validator("mounts")
+    @classmethod
+    def _mounts(cls, value: list[str] | None) -> list[str] | None:
+        check_mounts(value or [])
+        return value
+
+    @field_validator("shm_size")
+    @classmethod
+    def _shm_size(cls, value: int | None) -> int | None:
+        if value is not None and value <= 0:
+            raise ValueError("must be positive")
+        return value
+
     @model_validator(mode="after")
     def _consistent(self) -> JobManifest:
         gpus = parse_gpus(self.resources.gpus)
@@ -222,6 +249,7 @@ class JobManifest(Strict):
             raise ValueError("time_limit: must be positive")
         if isinstance(self.priority, str) and not self.priority.strip():
             raise ValueError("priority: must not be empty")
+        self._container_consistent()
         self._kind_consistent()
         return self
 
@@ -243,6 +271,20 @@ class JobManifest(Strict):
                 f"roles: each role has its own nodes, tasks_per_node and resources; "
                 f"remove the top-level {', '.join(given)}"
             )
+
+    def _container_consistent(self) -> None:
+        """Mounts and a /dev/shm size need an image; inside one, ``workdir`` is a path of
+        the container (absolute)."""
+        if self.image is None:
+            given = [name for name in ("mounts", "shm_size") if getattr(self, name)]
+            if given:
+                raise ValueError(
+                    f"{' and '.join(given)}: only with an image (without one, tasks run in "
+                    "the node's own filesystem, where host paths are already visible and "
+                    "/dev/shm is the node's)"
+                )
+        elif self.workdir is not None:
+            check_path(self.workdir, "workdir (a path inside the container)")
 
     def _kind_consistent(self) -> None:
         """The kind exists, only its own block is given, and it accepts the job."""
@@ -308,6 +350,9 @@ class JobManifest(Strict):
             requeue=self.requeue,
             env=tuple(sorted(self.env.items())),
             workdir=self.workdir,
+            image=self.image,
+            mounts=check_mounts(self.mounts or []),
+            shm_size=self.shm_size,
             kind=kind.name,
             roles=tuple(role.to_role() for role in self.roles or ()),
             kind_options=encode_options(self.kind_options.get(kind.name, {})),

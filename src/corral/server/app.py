@@ -109,7 +109,8 @@ def serve(settings: ServerSettings) -> None:
     # about 0.1 s every few seconds under load (measured: docs/benchmarks.md).
     gc.collect()
     gc.freeze()
-    log.info("dashboard at %s", dashboard_url(f"http://{settings.host}:{settings.port}"))
+    scheme = "https" if settings.tls_cert else "http"
+    log.info("dashboard at %s", dashboard_url(f"{scheme}://{settings.host}:{settings.port}"))
     config = uvicorn.Config(
         app,
         host=settings.host,

@@ -57,7 +57,8 @@ class ServerSettings:
 
     @property
     def url(self) -> str:
-        return self.advertise or f"http://{self.host}:{self.port}"
+        scheme = "https" if self.tls_cert else "http"
+        return self.advertise or f"{scheme}://{self.host}:{self.port}"
 
     tls_cert: Path | None = None  # serve HTTPS with this certificate and key
     tls_key: Path | None = None

@@ -115,7 +115,7 @@ def create_token(
 
 @router.get("/tokens", response_model=TokenList, tags=["tokens"])
 def list_tokens(ctx: Context = Depends(context), token: TokenRow = Depends(user)) -> TokenList:
-    """Every user and admin token (for a user: their own)."""
+    """Every user, admin and join token (for a user: their own user and admin tokens)."""
     owner = None if token.role == "admin" else token.user
     return TokenList(tokens=[_token_out(r) for r in TokenService(ctx).list(owner)])
 

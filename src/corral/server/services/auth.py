@@ -153,8 +153,9 @@ class TokenService:
         return row
 
     def list(self, user: str | None = None) -> list[TokenRow]:
-        """Admin and user tokens; only ``user``'s when given."""
-        query = select(TokenRow).where(TokenRow.role.in_(("admin", "user")))
+        """Admin, user and join tokens; only ``user``'s admin and user tokens when given."""
+        roles = ("admin", "user") if user is not None else ("admin", "user", "join")
+        query = select(TokenRow).where(TokenRow.role.in_(roles))
         if user is not None:
             query = query.where(TokenRow.user == user)
         with self.ctx.sessions() as session:

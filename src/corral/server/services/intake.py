@@ -37,6 +37,7 @@ from sqlalchemy.orm import Session
 
 from corral.core.array import parsed_array
 from corral.core.job import JobState
+from corral.core.units import format_size
 from corral.errors import (
     ConflictError,
     CorralError,
@@ -285,6 +286,7 @@ class Intake:
         reason = self.ctx.catalog.never_fits(session, spec, config, now)
         if reason:
             raise UnschedulableError(reason)
+        self._check_shm_size(session, spec.shm_size, now)
         dependency = manifest.dependency and check_dependency(
             session, manifest.dependency, sub.user, sub.admin, spec.name
         )
@@ -319,6 +321,18 @@ class Intake:
                 f"{mapped}; an admin can start the server with --allow-root-jobs, or map the "
                 f"user to another account with `corral token create --user {sub.user} "
                 "--unix-user NAME`"
+            )
+
+    def _check_shm_size(self, session: Session, shm_size: int | None, now: float) -> None:
+        """A container's /dev/shm (memory) no larger than the largest node's memory, where
+        nodes have registered (else the node that runs it checks)."""
+        if shm_size is None:
+            return
+        largest = max((node.memory for node, _ in self.ctx.catalog.shapes(session, now)), default=0)
+        if largest and shm_size > largest:
+            raise ValidationError(
+                f"shm_size: {format_size(shm_size)} is more than the memory of any node "
+                f"(the largest has {format_size(largest)})"
             )
 
     def _check_grace_period(self, grace_period: float) -> None:

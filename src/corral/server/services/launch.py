@@ -15,7 +15,7 @@ from corral.core.job import DEFAULT_ROLE
 from corral.core.resources import MILLI, GpuKind, GpuRequest
 from corral.kinds.base import JobNode, TaskContext
 from corral.kinds.registry import get_kind
-from corral.schemas.agent import DesiredTask
+from corral.schemas.agent import DesiredTask, MountSpec
 from corral.server.db.models import JobRow, NodeRow, TaskRow
 from corral.server.services.converters import mig_names, spec_of
 
@@ -86,8 +86,9 @@ def task_launch(
     ``CUDA_VISIBLE_DEVICES`` is empty. A task holding a share of a GPU also gets
     :func:`share_env`. Every task gets :func:`slurm_env` (SPEC 9), except the variables
     the job's own ``env`` sets; an element of a job array also ``CORRAL_ARRAY_JOB_ID``
-    and ``CORRAL_ARRAY_TASK_ID`` (its array's id and its index). (The caller adds
-    ``CORRAL_JOB_TOKEN``.)"""
+    and ``CORRAL_ARRAY_TASK_ID`` (its array's id and its index). A job in an image
+    (``docs/containers.md``) also names it, its mounts and its /dev/shm size; the caller
+    gives ``node_gpus`` (:func:`share_node_gpus`) and adds ``CORRAL_JOB_TOKEN``."""
     spec = spec_of(job)
     role = spec.role_of(task.rank)
     master_addr = nodes[0].address if nodes else "127.0.0.1"
@@ -155,7 +156,25 @@ def task_launch(
         user=job.unix_user,
         cpus=task.cpus or None,
         memory=task.memory or None,
+        image=spec.image,
+        mounts=[
+            MountSpec(source=m.source, target=m.target, read_only=m.read_only) for m in spec.mounts
+        ],
+        shm_size=spec.shm_size,
+        node_gpus=list(task.gpus) if spec.image else [],
     )
+
+
+def share_node_gpus(launches: Sequence[DesiredTask]) -> None:
+    """Give each task in an image (``node_gpus``) every GPU its job attempt holds on the
+    node, ``launches`` being all the node's: its container gets their device files, so that
+    the job's local ranks reach each other's GPUs (peer to peer) as they do without one."""
+    held: dict[tuple[int, int], set[int]] = {}
+    for launch in launches:
+        held.setdefault((launch.job_id, launch.attempt), set()).update(launch.gpus)
+    for launch in launches:
+        if launch.image:
+            launch.node_gpus = sorted(held[(launch.job_id, launch.attempt)])
 
 
 def slurm_env(job: JobRow, task: TaskRow, nodes: Sequence[JobNode]) -> dict[str, str]:

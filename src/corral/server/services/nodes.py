@@ -31,7 +31,8 @@ from corral.server.db.models import JobRow, NodeRow, TaskRow, TokenRow
 from corral.server.leader import Term
 from corral.server.services.auth import hash_secret, job_token, new_secret
 from corral.server.services.converters import node_of, node_out, spec_of
-from corral.server.services.launch import job_layout, task_launch
+from corral.server.services.hooks import hook_failures
+from corral.server.services.launch import job_layout, share_node_gpus, task_launch
 from corral.server.services.logs import store_chunk
 from corral.server.services.notify import notify_jobs
 from corral.server.services.settle import FINAL_TASK_STATES, lose_tasks, settle_job
@@ -173,6 +174,9 @@ class NodeService:
                 if task is not None and chunk.offset >= task.log_size:
                     data = base64.b64decode(chunk.data)
                     store_chunk(session, task, chunk.offset, data, cap)
+            if req.hook_failures:  # the node drains; a failed prolog requeues its job
+                touched |= hook_failures(session, node, req.hook_failures, now)
+                woke = True
             if req.shutdown:
                 reason = f"agent on {node.name} shut down"
                 touched |= self._lose_node_tasks(session, node.name, reason, now, release=True)
@@ -408,6 +412,7 @@ class NodeService:
             launch = task_launch(job, task, layouts[job.id], slices[job.id], devices=node.devices)
             launch.env["CORRAL_JOB_TOKEN"] = job_token(self.ctx.job_key, job.id, job.attempt)
             desired.append(launch)
+        share_node_gpus(desired)
         return desired
 
     @staticmethod

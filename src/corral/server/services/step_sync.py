@@ -116,7 +116,7 @@ def desired_steps(
 def step_launch(task: StepTaskRow, step: StepRow, bases: Sequence[DesiredTask]) -> DesiredStepTask:
     """What a step task runs: the step's command in the environment of the job's first task
     on the node (``bases``: the job's tasks there, by rank), whose GPUs it sees all of, plus
-    the step's ``env`` and ``CORRAL_STEP_*``."""
+    the step's ``env`` and ``CORRAL_STEP_*``; in the job's container, if it has one."""
     base = bases[0]
     env = dict(base.env)
     if len(bases) > 1:
@@ -146,6 +146,12 @@ def step_launch(task: StepTaskRow, step: StepRow, bases: Sequence[DesiredTask]) 
         user=base.user,
         cpus=cpus or None,
         memory=memory or None,
+        # in the job's container, with the device files of the GPUs it sees
+        gpus=sorted({gpu for b in bases for gpu in b.gpus}),
+        image=base.image,
+        mounts=base.mounts,
+        shm_size=base.shm_size,
+        node_gpus=base.node_gpus,
     )
 
 
