@@ -26,8 +26,8 @@ from corral.errors import ValidationError
 from corral.schemas.manifest import parse_manifest
 
 SCRIPT = "#!/bin/bash\necho hello\n"
-CWD = "/home/ada/runs"
-ENV = {"HOME": "/home/ada", "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
+CWD = "/home/alice/runs"
+ENV = {"HOME": "/home/alice", "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
 MIB = 1024**2
 GIB = 1024**3
 
@@ -423,15 +423,15 @@ def test_an_empty_constraint_is_refused() -> None:
 # -- the environment --------------------------------------------------------------------
 
 SUBMITTER = {
-    "HOME": "/home/ada",
+    "HOME": "/home/alice",
     "PATH": "/usr/bin",
-    "DATA": "/scratch/ada",
+    "DATA": "/scratch/alice",
     "SLURM_JOB_ID": "99",
     "SLURM_CONF": "/etc/slurm.conf",
     "CORRAL_TOKEN": "crt_secret",
     "CORRAL_SERVER": "https://corral:8443",
     "BASH_FUNC_module%%": "() {  eval $(/usr/bin/modulecmd bash $*)\n}",
-    "PWD": "/home/ada",
+    "PWD": "/home/alice",
     "OLDPWD": "/",
     "SHLVL": "2",
     "_": "/usr/bin/corral",
@@ -440,7 +440,7 @@ SUBMITTER = {
 
 def test_export_all_is_the_default_without_slurms_corrals_and_the_shells_own() -> None:
     env = manifest(environ=SUBMITTER)["env"]
-    assert env == {"HOME": "/home/ada", "PATH": "/usr/bin", "DATA": "/scratch/ada"}
+    assert env == {"HOME": "/home/alice", "PATH": "/usr/bin", "DATA": "/scratch/alice"}
     assert manifest("--export=ALL", environ=SUBMITTER)["env"] == env
     assert manifest("--export=all", environ=SUBMITTER)["env"] == env
 
@@ -451,12 +451,12 @@ def test_export_none() -> None:
 
 def test_export_all_and_more() -> None:
     env = manifest("--export=ALL,X=1,HOME=/tmp", environ=SUBMITTER)["env"]
-    assert env == {"HOME": "/tmp", "PATH": "/usr/bin", "DATA": "/scratch/ada", "X": "1"}
+    assert env == {"HOME": "/tmp", "PATH": "/usr/bin", "DATA": "/scratch/alice", "X": "1"}
 
 
 def test_export_only_the_named() -> None:
     env = manifest("--export=DATA,PATH,MISSING,Y=2", environ=SUBMITTER)["env"]
-    assert env == {"DATA": "/scratch/ada", "PATH": "/usr/bin", "Y": "2"}
+    assert env == {"DATA": "/scratch/alice", "PATH": "/usr/bin", "Y": "2"}
 
 
 def test_a_value_too_long_is_not_exported_and_said() -> None:
@@ -595,7 +595,7 @@ def test_dependencies() -> None:
 
 @pytest.mark.parametrize(
     ("chdir", "workdir"),
-    [("out", f"{CWD}/out"), ("/scratch/x", "/scratch/x"), ("../other", "/home/ada/other")],
+    [("out", f"{CWD}/out"), ("/scratch/x", "/scratch/x"), ("../other", "/home/alice/other")],
 )
 def test_chdir_is_the_workdir(chdir: str, workdir: str) -> None:
     m = manifest("-D", chdir)
