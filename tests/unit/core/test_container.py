@@ -54,7 +54,7 @@ def test_bad_images(text: str, problem: str) -> None:
         ("/scratch:ro", Mount("/scratch", "/scratch", True)),
         ("/datasets/imagenet:/data:ro", Mount("/datasets/imagenet", "/data", True)),
         ("/datasets/imagenet:/data:rw", Mount("/datasets/imagenet", "/data")),
-        ("/home/a/proj:/work", Mount("/home/a/proj", "/work")),
+        ("/home/alice/proj:/work", Mount("/home/alice/proj", "/work")),
         ("/tmp/x:/tmp", Mount("/tmp/x", "/tmp")),
     ],
 )

@@ -37,7 +37,7 @@ def spec_of(nodes: int | None = 2, batch: dict | None = None, **extra: object) -
     manifest = {
         "kind": "batch",
         "command": ["job.sh"],
-        "workdir": "/home/ada/runs",
+        "workdir": "/home/alice/runs",
         "batch": block() if batch is None else batch,
         **extra,
     }
@@ -75,7 +75,7 @@ def test_options_are_kept() -> None:
         ntasks=8,
         ntasks_per_node=4,
         cpus_per_task=2,
-        submit_dir="/home/ada",
+        submit_dir="/home/alice",
         signal="B:USR1@90",
         partition="gpu",
         submit_host="login-1",
@@ -225,7 +225,7 @@ def test_what_slurm_tells_the_script() -> None:
         ntasks=8,
         ntasks_per_node=4,
         cpus_per_task=2,
-        submit_dir="/home/ada",
+        submit_dir="/home/alice",
         submit_host="login-1",
         partition="gpu",
     )
@@ -235,7 +235,7 @@ def test_what_slurm_tells_the_script() -> None:
     assert env["SLURM_NTASKS_PER_NODE"] == env["LOCAL_WORLD_SIZE"] == "4"
     assert env["SLURM_TASKS_PER_NODE"] == "4(x2)"
     assert env["SLURM_CPUS_PER_TASK"] == "2"
-    assert env["SLURM_SUBMIT_DIR"] == "/home/ada"
+    assert env["SLURM_SUBMIT_DIR"] == "/home/alice"
     assert env["SLURM_SUBMIT_HOST"] == "login-1"
     assert env["SLURM_JOB_PARTITION"] == "gpu"
     assert env["SLURM_JOB_QOS"] == "high"

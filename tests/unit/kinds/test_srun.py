@@ -131,7 +131,7 @@ def test_a_bad_kill_value_is_left_to_the_parser() -> None:
 
 def test_forwarded_all_but_the_callers_own() -> None:
     env = {
-        "HOME": "/home/ada",
+        "HOME": "/home/alice",
         "DATA": "/scratch",
         "SLURM_JOB_ID": "7",
         "CORRAL_JOB_ID": "7",
@@ -140,7 +140,7 @@ def test_forwarded_all_but_the_callers_own() -> None:
         "BIG": "x" * (MAX_VALUE + 1),
         **{name: "local" for name in LOCAL},
     }
-    want = {"HOME": "/home/ada", "DATA": "/scratch", "SLURM_JOB_ID": "7", "CORRAL_JOB_ID": "7"}
+    want = {"HOME": "/home/alice", "DATA": "/scratch", "SLURM_JOB_ID": "7", "CORRAL_JOB_ID": "7"}
     assert forwarded("ALL", env) == want
     assert forwarded("", env) == want
     assert forwarded("all", env) == want
