@@ -15,9 +15,10 @@ from rich.console import Console
 
 from corral.client import Client
 
-# Piped output keeps whole table rows (a terminal uses its own width).
-console = Console(width=None if sys.stdout.isatty() else 200)
-err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
+# Piped output keeps whole table rows (a terminal uses its own width). No emoji codes:
+# text such as "H:M:S" in a message or a job name must print as written, not as "HⓂS".
+console = Console(width=None if sys.stdout.isatty() else 200, emoji=False)
+err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 200, emoji=False)
 
 
 class Output(StrEnum):
