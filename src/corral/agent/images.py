@@ -235,7 +235,10 @@ class ImageCache:
                         os.utime(info)  # its last use, for eviction
                     config = _read_config(info)
                     return Image(ref, self.directory / key / "rootfs", config, key, fd)
-                fcntl.flock(fd, fcntl.LOCK_EX)  # (the shared lock is given up meanwhile)
+                # give the shared lock up first: no conversion in place, which hung once
+                # with several threads of one agent converting at the same time
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                fcntl.flock(fd, fcntl.LOCK_EX)
                 if not info.exists():  # nobody unpacked it while this one waited
                     self._unpack(ref, source, key)
                 fcntl.flock(fd, fcntl.LOCK_UN)
