@@ -6,16 +6,17 @@ of, none may list them)::
 
     <cache>/sha256-<hex>/rootfs/       an unpacked root filesystem (0755)
     <cache>/sha256-<hex>/image.json    its config, size and last use (the file's mtime)
-    <cache>/.locks/sha256-<hex>.lock   one lock file per image (0700 directory)
+    <cache>/.locks/sha256-<hex>.lock   its lease lock (0700 directory)
+    <cache>/.locks/sha256-<hex>.unpack its unpack lock
     <cache>/.tmp-*                     unpacks in progress and evictions (0700)
 
 An image is unpacked into a temporary directory and renamed into place when complete, so
 a failure (or a crash) leaves nothing half-unpacked under its name. Locks are ``flock``
-locks on the image's lock file, so they hold across the threads of an agent and across
-agents sharing a cache: an unpack holds it exclusively (a second task of the same image
-waits for it, then uses what it unpacked), and every task using an image holds it shared
-(a lease) until it is forgotten, so that eviction, which needs it exclusively, never takes
-an image from under a running task.
+locks, so they hold across the threads of an agent and across agents sharing a cache.
+Every task using an image holds its lease lock shared until it is forgotten (from before
+the image is unpacked), so that eviction, which needs it exclusively, never takes an image
+from under a task. An unpack holds the image's unpack lock exclusively: a second task of
+the same image waits for it, then uses what it unpacked. Leases never wait for each other.
 
 A plain directory image is used in place, without the cache; a reference to a registry is
 refused (this runtime pulls nothing).
@@ -45,6 +46,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_CACHE_SIZE = 50 * 1000**3  # bytes
 LOCKS = ".locks"
+LEASE = ".lock"  # shared by every task using the image, exclusive to evict it
+UNPACK = ".unpack"  # exclusive while the image is unpacked
 TEMPORARY = ".tmp-"
 
 
@@ -206,8 +209,10 @@ class ImageCache:
 
     def _remove_stale(self, path: Path) -> None:
         """Remove a leftover temporary directory unless an unpack of its image runs."""
-        key = path.name[len(TEMPORARY) :].removeprefix("evict-")[: len("sha256-") + 64]
-        fd = self._lock_file(key) if _valid_key(key) else None
+        name = path.name[len(TEMPORARY) :]
+        evicted = name.startswith("evict-")  # an eviction holds the lease lock, an unpack not
+        key = name.removeprefix("evict-")[: len("sha256-") + 64]
+        fd = self._lock_file(key, LEASE if evicted else UNPACK) if _valid_key(key) else None
         try:
             if fd is not None:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -219,29 +224,30 @@ class ImageCache:
             if fd is not None:
                 os.close(fd)
 
-    def _lock_file(self, key: str) -> int:
+    def _lock_file(self, key: str, kind: str = LEASE) -> int:
         flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
-        return os.open(self.directory / LOCKS / f"{key}.lock", flags, 0o600)
+        return os.open(self.directory / LOCKS / f"{key}{kind}", flags, 0o600)
 
     def _cached(self, ref: ImageRef, source: ImageSource) -> Image:
         key = source.key.replace(":", "-")
         fd = self._lock_file(key)
         try:
-            while True:
-                fcntl.flock(fd, fcntl.LOCK_SH)
-                info = self.directory / key / "image.json"
-                if info.exists():
-                    with contextlib.suppress(OSError):
-                        os.utime(info)  # its last use, for eviction
-                    config = _read_config(info)
-                    return Image(ref, self.directory / key / "rootfs", config, key, fd)
-                # give the shared lock up first: no conversion in place, which hung once
-                # with several threads of one agent converting at the same time
-                fcntl.flock(fd, fcntl.LOCK_UN)
-                fcntl.flock(fd, fcntl.LOCK_EX)
-                if not info.exists():  # nobody unpacked it while this one waited
-                    self._unpack(ref, source, key)
-                fcntl.flock(fd, fcntl.LOCK_UN)
+            # the lease first: while it is held no eviction can take the image away
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            info = self.directory / key / "image.json"
+            if not info.exists():
+                # unpackers of one image wait for each other on a lock of their own, never
+                # for the leases of running tasks (a task would wait for another to end)
+                unpacking = self._lock_file(key, UNPACK)
+                try:
+                    fcntl.flock(unpacking, fcntl.LOCK_EX)
+                    if not info.exists():  # nobody unpacked it while this one waited
+                        self._unpack(ref, source, key)
+                finally:
+                    os.close(unpacking)
+            with contextlib.suppress(OSError):
+                os.utime(info)  # its last use, for eviction
+            return Image(ref, self.directory / key / "rootfs", _read_config(info), key, fd)
         except BaseException:
             os.close(fd)
             raise
