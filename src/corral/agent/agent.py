@@ -475,7 +475,7 @@ class Agent:
                 if tracked.wanted:
                     log.info("stopping task %s (no longer wanted)", tracked.launch.key)
                 tracked.wanted = False
-                self.supervisor.stop(tracked.launch.key)
+                self.supervisor.stop(tracked.launch.key, _grace(tracked.launch, answer))
             elif status is None or (tracked.server_final and logship.drained(tracked.log)):
                 self.supervisor.forget(tracked.launch.key)
                 del self._table(key)[key]
@@ -591,3 +591,10 @@ def _msg(exc: httpx.HTTPStatusError) -> str:
         return exc.response.json().get("message", exc.response.text)
     except ValueError:
         return exc.response.text
+
+
+def _grace(launch: TaskLaunch, answer: SyncResponse) -> float | None:
+    """The grace of a task stopped now: its job's, shortened to a spot notice's."""
+    if answer.stop_grace is None:
+        return None
+    return min(launch.grace_period, answer.stop_grace)

@@ -60,7 +60,8 @@ def up(
     launches = plan_nodes(nodes, gpus_per_node, gpu_model, cluster, home, real)
     if port is None:
         port = pick_port(DEFAULT_PORT)
-    embedded = EmbeddedCluster(home, launches, port, db, config)
+    pooled = _has_pools(cluster)
+    embedded = EmbeddedCluster(home, launches, port, db, config, pools_file=pooled)
     gpus = sum(n.gpus for n in launches)
     with console.status(f"starting the control plane and {len(launches)} agent(s)..."):
         state = embedded.start()
@@ -72,6 +73,8 @@ def up(
         f"[bold green]Corral is up[/]: {len(launches)} node(s), {gpus} GPU(s) ({models}, {kind})"
         + tpus
     )
+    if pooled is not None:
+        console.print("  Pools     autoscaled by the server (corral pools)", markup=False)
     console.print(f"  API       {state.server_url}/api/v1   (docs: {state.server_url}/api/v1/docs)")
     token = (home / TOKEN_FILE).read_text().strip()  # the admin token the server made
     console.print(
@@ -84,7 +87,7 @@ def up(
     console.print("Submit a job:")
     per_node = launches[0].gpus if launches else 0
     console.print(
-        f"  corral submit --nodes {len(launches)} --tasks-per-node {max(per_node, 1)} "
+        f"  corral submit --nodes {max(len(launches), 1)} --tasks-per-node {max(per_node, 1)} "
         f"--gpus {per_node} "
         "-- python -c 'import os; print(os.environ[\"RANK\"])'",
         markup=False,
@@ -185,3 +188,17 @@ def undrain(
     """Let a drained node take new work again."""
     result = client(server, token).undrain(node)
     print_json(result) if output is Output.json else console.print(f"node {node}: {result.state}")
+
+
+def _has_pools(cluster: Path | None) -> Path | None:
+    """The cluster file, if it declares pools (checked, with their providers)."""
+    if cluster is None:
+        return None
+    from corral.providers.registry import check_pools
+    from corral.schemas.cluster import load_cluster
+
+    pools = load_cluster(cluster.read_text(), str(cluster)).to_pools()
+    if not pools:
+        return None
+    check_pools(pools, source=str(cluster))
+    return cluster.absolute()

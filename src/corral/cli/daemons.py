@@ -122,6 +122,14 @@ def server(
             help="run jobs whose Unix account is root (refused by default)",
         ),
     ] = False,
+    pools: Annotated[
+        Path | None,
+        typer.Option(
+            "--pools",
+            envvar="CORRAL_POOLS",
+            help="a cluster file whose pools: this server autoscales (its nodes: are ignored)",
+        ),
+    ] = None,
 ) -> None:
     """The control plane alone (REST API, state, scheduling loop).
 
@@ -158,6 +166,7 @@ def server(
         raise ValidationError(f"--log-cap: {exc}") from None
     if cap < 1024:
         raise ValidationError(f"--log-cap: at least 1KB, got {log_cap}")
+    declared = _pools(pools)
     serve(
         ServerSettings(
             db_url=db or f"sqlite:///{home / 'corral.db'}",
@@ -177,8 +186,23 @@ def server(
             max_grace_period=grace_cap,
             log_cap=cap,
             allow_root_jobs=allow_root_jobs,
+            pools=declared,
         )
     )
+
+
+def _pools(path: Path | None) -> tuple:
+    """The pools of the cluster file ``path`` (none without one), providers checked."""
+    if path is None:
+        return ()
+    from corral.providers.registry import check_pools
+    from corral.schemas.cluster import load_cluster
+
+    if not path.is_file():
+        raise ValidationError(f"--pools: no such file {path}")
+    declared = load_cluster(path.read_text(), str(path)).to_pools()
+    check_pools(declared, source=str(path))
+    return declared
 
 
 @app.command()

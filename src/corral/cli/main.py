@@ -15,6 +15,7 @@ from corral.cli import (
     demo,
     jobs,
     monitoring,
+    pools,
     run,
     sbatch,
     sim,
@@ -58,10 +59,12 @@ for sub in (
     monitoring.app,
     sim.app,
     demo.app,
+    pools.app,
 ):
     app.registered_commands += sub.registered_commands
 app.add_typer(tokens.app, name="token")
 app.add_typer(steps.app, name="step")
+app.add_typer(pools.node_app, name="node")
 
 
 def main() -> None:

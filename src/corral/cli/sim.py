@@ -15,6 +15,7 @@ from corral.errors import ValidationError
 
 if TYPE_CHECKING:
     from corral.core.node import Node
+    from corral.core.pools import Pool
 
 app = typer.Typer()
 
@@ -69,11 +70,11 @@ def sim(
     """Simulate a workload on a declared cluster with the production scheduler."""
     from corral.schemas.config import load_config
     from corral.sim.engine import simulate
-    from corral.sim.metrics import compute_metrics, jobs_json
-    from corral.sim.render import compare_table, metrics_table
+    from corral.sim.metrics import compute_metrics, jobs_json, pools_json
+    from corral.sim.render import compare_table, metrics_table, pools_table
 
-    declared = _cluster(cluster)
-    workload = _workload(jobs, trace, seed, declared)
+    declared, pools = _cluster(cluster)
+    workload = _workload(jobs, trace, seed, _with_templates(declared, pools))
     nodes = _nodes(declared, workload)
     if checkpoint is Checkpoint.signal or (checkpoint is Checkpoint.auto and trace is not None):
         workload = workload.saving_on_preemption()
@@ -86,7 +87,9 @@ def sim(
         text = path.read_text() if path else None
         name = (path.stem if path else "default") + (" (oracle)" if oracle else "")
         with _progress(output, name, len(workload.jobs)) as tick:
-            result = simulate(nodes, workload, load_config(text, str(path or "")), name, seed, tick)
+            result = simulate(
+                nodes, workload, load_config(text, str(path or "")), name, seed, tick, pools
+            )
         runs.append((name, result, compute_metrics(result, timed=workload.timed)))
     notes = list(workload.notes)
     if report is not None:
@@ -96,17 +99,15 @@ def sim(
     if output is Output.json:
         if len(runs) == 1:
             name, result, metrics = runs[0]
-            print_json({"jobs": jobs_json(result), "metrics": metrics.to_json(), "notes": notes})
+            data = {"jobs": jobs_json(result), "metrics": metrics.to_json(), "notes": notes}
+            print_json({**data, **({"pools": pools_json(result)} if pools else {})})
         else:
-            print_json(
-                {
-                    "configs": [
-                        {"name": n, "jobs": jobs_json(r), "metrics": m.to_json()}
-                        for n, r, m in runs
-                    ],
-                    "notes": notes,
-                }
-            )
+            configs = [
+                {"name": n, "jobs": jobs_json(r), "metrics": m.to_json()}
+                | ({"pools": pools_json(r)} if pools else {})
+                for n, r, m in runs
+            ]
+            print_json({"configs": configs, "notes": notes})
     else:
         console.print(Text(workload.source or "workload", style="bold"))
         for note in notes:
@@ -121,6 +122,9 @@ def sim(
             console.print(metrics_table(runs[0][2], runs[0][0]))
         else:
             console.print(compare_table([(n, m) for n, _, m in runs]))
+        for name, _, metrics in runs:
+            if metrics.pools is not None:
+                console.print(pools_table(metrics.pools, f"Pools: {name}"))
     if report is not None and output is not Output.json:
         console.print(f"report written to {report}")
 
@@ -146,20 +150,28 @@ def _workload(  # noqa: ANN202
     return read_trace(str(trace), seed, gpus_per_node=per_node)
 
 
-def _cluster(cluster: Path | None) -> list[Node] | None:
-    """The nodes of ``--cluster``, or None without it."""
+def _cluster(cluster: Path | None) -> tuple[list[Node] | None, tuple[Pool, ...]]:
+    """The nodes (None without ``--cluster``) and pools of ``--cluster``."""
     from corral.schemas.cluster import load_cluster
 
     if cluster is None:
-        return None
+        return None, ()
     try:
-        return load_cluster(cluster.read_text(), str(cluster)).to_nodes()
+        declared = load_cluster(cluster.read_text(), str(cluster))
     except OSError as exc:
         raise ValidationError(f"--cluster: cannot read {cluster}: {exc.strerror}") from None
+    return declared.to_nodes(), declared.to_pools()
+
+
+def _with_templates(declared: list[Node] | None, pools: tuple[Pool, ...]) -> list[Node] | None:
+    """The declared nodes and one unit of each pool: what a trace cuts its gangs for."""
+    if declared is None:
+        return None
+    return [*declared, *(n for p in pools for n in p.template)]
 
 
 def _nodes(declared: list[Node] | None, workload):  # noqa: ANN001, ANN202
-    if declared is not None:
+    if declared is not None:  # (a cluster file declares nodes, pools or both)
         return declared
     if workload.nodes:
         return list(workload.nodes)

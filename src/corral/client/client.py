@@ -33,6 +33,8 @@ from corral.schemas.api import (
     JobOut,
     LogOut,
     NodeOut,
+    NoticeOut,
+    PoolOut,
     QueueOut,
     ReplicaHealth,
     TelemetrySample,
@@ -380,6 +382,14 @@ class Client:
         return NodeOut.model_validate(
             self.request("POST", f"/nodes/{name}/undrain", idempotent=True)
         )
+
+    def notice(self, name: str, deadline: float) -> NoticeOut:
+        """A spot termination notice: ``name`` leaves within ``deadline`` seconds."""
+        body = {"deadline": deadline}
+        return NoticeOut.model_validate(self.request("POST", f"/nodes/{name}/notice", json=body))
+
+    def pools(self) -> list[PoolOut]:
+        return [PoolOut.model_validate(p) for p in self.request("GET", "/pools")["pools"]]
 
     def reset_node(self, name: str) -> NodeOut:
         """Free a node's name for a new agent (admins): see ``POST /nodes/{name}/reset``."""

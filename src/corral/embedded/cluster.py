@@ -21,8 +21,10 @@ from pathlib import Path
 import httpx
 
 from corral.client.config import SERVER_FILE, TOKEN_FILE
+from corral.core.node import Node
 from corral.errors import ConflictError, CorralError, ValidationError
 from corral.privatefiles import private_dir
+from corral.providers.local import recorded_pids
 from corral.schemas.cluster import NodeDecl, load_cluster
 
 STATE_FILE = "up.json"
@@ -65,7 +67,7 @@ def plan_nodes(
         hooked = cluster.hooked()
         for node in cluster.to_nodes():
             path = home / "nodes" / f"{node.name}.json"
-            path.write_text(json.dumps(_node_file(node)))
+            path.write_text(json.dumps(node_file_of(node)))
             gpus = [d for d in node.devices if d.kind != "tpu"]
             launches.append(
                 NodeLaunch(
@@ -109,7 +111,8 @@ def _hook_args(decl: NodeDecl | None, base: Path) -> tuple[str, ...]:
     return tuple(args)
 
 
-def _node_file(node) -> dict:  # noqa: ANN001
+def node_file_of(node: Node) -> dict:
+    """A `corral agent --node-file` description of ``node``."""
     return {
         "devices": [
             {
@@ -154,7 +157,7 @@ def running_state(home: Path) -> UpState | None:
         state = UpState(**json.loads((home / STATE_FILE).read_text()))
     except (OSError, ValueError, TypeError):
         return None
-    return state if _alive(state.server_pid) else None
+    return state if process_alive(state.server_pid) else None
 
 
 class EmbeddedCluster:
@@ -166,8 +169,10 @@ class EmbeddedCluster:
         db_url: str | None = None,
         config: Path | None = None,
         host: str = "127.0.0.1",
+        pools_file: Path | None = None,
     ) -> None:
         self.home = home
+        self.pools_file = pools_file  # a cluster file with pools: the server autoscales them
         self.launches = launches
         self.port = port
         self.host = host
@@ -210,6 +215,8 @@ class EmbeddedCluster:
         ]
         if self.config:
             server_cmd += ["--config", str(self.config)]
+        if self.pools_file:
+            server_cmd += ["--pools", str(self.pools_file)]
         if os.geteuid() == 0:  # the admin token is the starting account's: here, root
             server_cmd.append("--allow-root-jobs")
         self.server = self._spawn(server_cmd, "server.log", env)
@@ -303,7 +310,7 @@ class EmbeddedCluster:
         raise CorralError(f"the agents did not register within {timeout:.0f}s")
 
     def stop(self) -> None:
-        pids = [p.pid for p in self.agents.values()]
+        pids = [p.pid for p in self.agents.values()] + recorded_pids(self.home / "pools")
         stop_processes(pids, [self.server.pid] if self.server else [])
         for proc in [*self.agents.values(), *([self.server] if self.server else [])]:
             with contextlib.suppress(subprocess.TimeoutExpired):
@@ -324,13 +331,13 @@ def _stop_group(pids: list[int], timeout: float, second: float) -> None:
         if wait <= 0:
             continue
         for pid in pids:
-            if _alive(pid):
+            if process_alive(pid):
                 _signal(pid, sig)
         deadline = time.monotonic() + wait
-        while time.monotonic() < deadline and any(_alive(p) for p in pids):
+        while time.monotonic() < deadline and any(process_alive(p) for p in pids):
             time.sleep(0.1)
     for pid in pids:
-        if _alive(pid):
+        if process_alive(pid):
             _signal(pid, signal.SIGKILL)
 
 
@@ -340,12 +347,14 @@ def down(home: Path) -> UpState | None:
         state = UpState(**json.loads((home / STATE_FILE).read_text()))
     except (OSError, ValueError, TypeError):
         return None
-    stop_processes(list(state.agent_pids.values()), [state.server_pid])
+    pool_agents = recorded_pids(home / "pools")  # started by the server's local provider
+    stop_processes([*state.agent_pids.values(), *pool_agents], [state.server_pid])
     (home / STATE_FILE).unlink(missing_ok=True)
     return state
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie does not; a child of ours is reaped)."""
     try:
         waited, _ = os.waitpid(pid, os.WNOHANG)
         if waited:

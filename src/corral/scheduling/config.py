@@ -11,6 +11,7 @@ from functools import cached_property
 
 from corral.core.idle import IdlePolicy
 from corral.core.job import PlacementPolicy
+from corral.core.pools import AutoscalingConfig
 from corral.errors import ValidationError
 
 
@@ -118,6 +119,7 @@ class SchedulerConfig:
     policy: Policy = field(default_factory=Policy)
     plugins: tuple[PluginRef, ...] = ()
     limits: Limits = field(default_factory=Limits)
+    autoscaling: AutoscalingConfig = field(default_factory=AutoscalingConfig)
 
     def queue(self, name: str) -> QueueConfig:
         """The queue called ``name``; ``ValidationError`` listing the known ones otherwise."""

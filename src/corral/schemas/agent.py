@@ -197,6 +197,8 @@ class SyncResponse(BaseModel):
     step_acks: list[StepAck] = Field(default_factory=list)
     sync_interval: float
     log_cap: int  # bytes of each task's log the server keeps (the agent may drop more)
+    # a spot notice: tasks stopped now get at most this grace (their job's otherwise)
+    stop_grace: float | None = None
 
 
 class WatchResponse(BaseModel):

@@ -193,6 +193,51 @@ class NodeList(BaseModel):
     nodes: list[NodeOut]
 
 
+class NoticeIn(BaseModel):
+    """A spot termination notice: the node leaves within ``deadline`` seconds."""
+
+    deadline: float = Field(ge=0, le=86400)
+
+
+class NoticeOut(BaseModel):
+    nodes: list[str]  # the nodes given notice (a pool unit's leave together)
+    leave_at: float
+
+
+class UnitOut(BaseModel):
+    name: str
+    phase: str
+    nodes: list[str]
+    since: float
+    requested_at: float
+    idle_since: float | None = None
+    deadline: float | None = None
+    reason: str = ""
+
+
+class PoolOut(BaseModel):
+    name: str
+    provider: str
+    min: int
+    max: int
+    desired: int  # units provisioning or ready
+    ready: int
+    provisioning: int
+    draining: int
+    hosts_per_unit: int
+    unit: str  # what one unit is: "a node (8x H100)"
+    spot: bool
+    cost_per_hour: float  # of one node (a TPU pool: one host)
+    cost_now: float  # per hour, of the units that count now
+    failures: int = 0  # provisioning failures in a row
+    retry_at: float | None = None  # backing off until then
+    units: list[UnitOut]
+
+
+class PoolList(BaseModel):
+    pools: list[PoolOut]
+
+
 class QueueOut(BaseModel):
     name: str
     weight: float

@@ -11,6 +11,7 @@ import yaml
 from pydantic import Field, model_validator
 
 from corral.core.node import Device, Node
+from corral.core.pools import Pool
 from corral.core.tpu import TPU, TpuHost, format_shape
 from corral.errors import ValidationError
 from corral.schemas.common import Duration, Size, Strict, validate
@@ -76,8 +77,9 @@ class GpusDecl(Strict):
         return next(d for d, group in enumerate(self.nvlink) if index in group)
 
 
-class NodeDecl(Strict):
-    name: str = Field(min_length=1)
+class NodeShapeDecl(Strict):
+    """What a node offers: a declared node less its name, or a pool's node template."""
+
     gpus: GpusDecl | None = None
     cpus: float | None = Field(default=None, ge=0)
     memory: Size | None = None
@@ -91,6 +93,10 @@ class NodeDecl(Strict):
     prolog: str | None = Field(default=None, min_length=1)
     epilog: str | None = Field(default=None, min_length=1)
     hook_timeout: Duration | None = Field(default=None, gt=0)
+
+
+class NodeDecl(NodeShapeDecl):
+    name: str = Field(min_length=1)
 
 
 class TpuPodDecl(Strict):
@@ -165,9 +171,112 @@ class TpuPodDecl(Strict):
         return nodes
 
 
+class PoolTpuDecl(Strict):
+    """A TPU pool's unit: one whole slice of ``shape`` chips in hosts of
+    ``chips_per_host``."""
+
+    generation: str = Field(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9._-]+$")
+    shape: list[int] = Field(min_length=2, max_length=3)
+    chips_per_host: list[int] = Field(min_length=2, max_length=3)
+    chip_memory: Size | None = None
+    cpus: float | None = Field(default=None, ge=0)
+    memory: Size | None = None
+
+    def pod(self, name: str, labels: dict[str, str]) -> TpuPodDecl:
+        return TpuPodDecl(
+            name=name,
+            generation=self.generation,
+            shape=self.shape,
+            chips_per_host=self.chips_per_host,
+            chip_memory=self.chip_memory,
+            cpus=self.cpus,
+            memory=self.memory,
+            labels=labels,
+        )
+
+
+class PoolDecl(Strict):
+    """A node pool (SPEC section 10): ``node`` (a node template) or ``tpu`` (whole
+    slices); ``min``/``max`` in nodes, or in slices for a TPU pool."""
+
+    name: str = Field(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9._-]+$")
+    node: NodeShapeDecl | None = None
+    tpu: PoolTpuDecl | None = None
+    labels: dict[str, str] = Field(default_factory=dict)  # a TPU pool's hosts' labels
+    min: int = Field(default=0, ge=0)
+    max: int = Field(ge=1, le=100_000)
+    provider: str = Field(default="local", min_length=1)
+    provisioning_time: Duration = 180.0
+    cost_per_hour: float = Field(default=0.0, ge=0)  # per node (a TPU pool: per host)
+    spot: bool = False
+    interruption_rate: float = Field(default=0.0, ge=0)  # per node-hour (simulator)
+    args: dict[str, str] = Field(default_factory=dict)  # for the provider
+
+    @model_validator(mode="after")
+    def _valid(self) -> PoolDecl:
+        if (self.node is None) == (self.tpu is None):
+            raise ValueError("give either node: (a node template) or tpu: (a slice), not both")
+        if self.min > self.max:
+            raise ValueError(f"min: {self.min} is above max: {self.max}")
+        if self.provisioning_time < 0:
+            raise ValueError("provisioning_time: must be at least 0")
+        if self.interruption_rate and not self.spot:
+            raise ValueError("interruption_rate: only a spot pool (spot: true) is interrupted")
+        node = self.node
+        if node is not None:
+            if node.gpus is None and node.cpus == 0:
+                raise ValueError("node: offers no GPUs and no CPUs, so no job could use it")
+            if node.gpus is not None and node.gpus.count == 0 and node.cpus == 0:
+                raise ValueError("node: offers no GPUs and no CPUs, so no job could use it")
+            if node.memory == 0:
+                raise ValueError("node.memory: 0 bytes, so no job could use it")
+            if self.labels:
+                raise ValueError("labels: give a node pool's labels in node.labels")
+        return self
+
+    def to_pool(self) -> Pool:
+        if self.tpu is not None:
+            template = tuple(self.tpu.pod(self.name, self.labels).hosts())
+        else:
+            assert self.node is not None
+            template = (_node(self.name, self.node),)
+        return Pool(
+            name=self.name,
+            template=template,
+            min=self.min,
+            max=self.max,
+            provider=self.provider,
+            provisioning_time=self.provisioning_time,
+            cost_per_hour=self.cost_per_hour,
+            spot=self.spot,
+            interruption_rate=self.interruption_rate,
+            provider_args=tuple(sorted(self.args.items())),
+        )
+
+
 class ClusterFile(Strict):
     nodes: list[NodeDecl] = Field(default_factory=list)
     tpu_pods: list[TpuPodDecl] = Field(default_factory=list)
+    pools: list[PoolDecl] = Field(default_factory=list)
+
+    def to_pools(self) -> tuple[Pool, ...]:
+        """The pools; ``ValidationError`` when two share a name or a pool's node names
+        could be a declared node's."""
+        names = [p.name for p in self.pools]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ValidationError(f"cluster: pool {repeated[0]!r} is declared twice")
+        fixed = {n.name for n in self.to_nodes()}
+        pools = tuple(p.to_pool() for p in self.pools)
+        for i, pool in enumerate(pools):
+            clash = sorted(name for name in fixed if _unit_like(pool, name))
+            if clash:
+                raise ValidationError(
+                    f"cluster: pools.{i}.name: pool {pool.name!r} names its nodes "
+                    f"{pool.name}-0, {pool.name}-1, ...; node {clash[0]!r} is declared "
+                    "with such a name (rename the pool or the node)"
+                )
+        return pools
 
     def hooked(self) -> dict[str, NodeDecl]:
         """The declaration of each node (names expanded) that has a prolog or an epilog."""
@@ -201,7 +310,15 @@ class ClusterFile(Strict):
         return nodes
 
 
-def _node(name: str, decl: NodeDecl) -> Node:
+def _unit_like(pool: Pool, name: str) -> bool:
+    if not name.startswith(f"{pool.name}-"):
+        return False
+    rest = name[len(pool.name) + 1 :]
+    head = rest.split("-h", 1)[0] if pool.tpu else rest
+    return head.isdigit()
+
+
+def _node(name: str, decl: NodeShapeDecl) -> Node:
     gpus = decl.gpus
     count = gpus.count if gpus else 0
     devices = (
@@ -236,6 +353,6 @@ def load_cluster(text: str, source: str = "cluster") -> ClusterFile:
     except yaml.YAMLError as exc:
         raise ValidationError(f"{source}: not valid YAML: {exc}") from None
     cluster = validate(ClusterFile, data, source)
-    if not cluster.nodes and not cluster.tpu_pods:
-        raise ValidationError(f"{source}: declares no nodes")
+    if not cluster.nodes and not cluster.tpu_pods and not cluster.pools:
+        raise ValidationError(f"{source}: declares no nodes and no pools")
     return cluster

@@ -9,6 +9,7 @@ from pydantic import Field, model_validator
 
 from corral.core.idle import IdleAction, IdlePolicy
 from corral.core.job import PlacementPolicy
+from corral.core.pools import AutoscalingConfig
 from corral.errors import ValidationError
 from corral.scheduling.config import (
     DEFAULT_MAX_PENDING_PER_USER,
@@ -122,12 +123,61 @@ class PluginModel(Strict):
     args: dict[str, Any] = Field(default_factory=dict)
 
 
+class ScalingPolicyModel(Strict):
+    name: str = Field(min_length=1)
+    args: dict[str, Any] = Field(default_factory=dict)
+
+
+class AutoscalingModel(Strict):
+    """``autoscaling:`` (``core.pools.AutoscalingConfig``); policies by name, or
+    ``{name, args}``."""
+
+    enabled: bool = True
+    scale_down_idle: Duration = 600.0
+    max_cost_per_hour: float | None = Field(default=None, ge=0)
+    policies: list[str | ScalingPolicyModel] = Field(
+        default_factory=lambda: ["queue-demand"], min_length=1
+    )
+    provisioning_timeout: float = Field(default=3.0, ge=1.0)
+    min_timeout: Duration = 300.0
+    backoff: Duration = 60.0
+    max_backoff: Duration = 1800.0
+
+    @model_validator(mode="after")
+    def _times(self) -> AutoscalingModel:
+        for name in ("scale_down_idle", "min_timeout", "backoff", "max_backoff"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name}: must be at least 0")
+        names = [p if isinstance(p, str) else p.name for p in self.policies]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ValueError(f"policies: {repeated[0]!r} is named twice")
+        return self
+
+    def to_config(self) -> AutoscalingConfig:
+        policies = tuple(
+            (p, ()) if isinstance(p, str) else (p.name, tuple(sorted(p.args.items())))
+            for p in self.policies
+        )
+        return AutoscalingConfig(
+            scale_down_idle=self.scale_down_idle,
+            max_cost_per_hour=self.max_cost_per_hour,
+            policies=policies,
+            provisioning_timeout=self.provisioning_timeout,
+            min_timeout=self.min_timeout,
+            backoff=self.backoff,
+            max_backoff=self.max_backoff,
+            enabled=self.enabled,
+        )
+
+
 class SchedulerConfigModel(Strict):
     queues: list[QueueModel] = Field(default_factory=list)
     priority_classes: dict[str, PriorityClassModel] | None = None
     policy: PolicyModel = Field(default_factory=PolicyModel)
     plugins: list[PluginModel] = Field(default_factory=list)
     limits: LimitsModel = Field(default_factory=LimitsModel)
+    autoscaling: AutoscalingModel = Field(default_factory=AutoscalingModel)
 
     @model_validator(mode="after")
     def _unique(self) -> SchedulerConfigModel:
@@ -180,6 +230,7 @@ class SchedulerConfigModel(Strict):
             ),
             plugins=tuple(PluginRef(x.name, x.weight, tuple(x.args.items())) for x in self.plugins),
             limits=self.limits.to_limits(),
+            autoscaling=self.autoscaling.to_config(),
         )
 
 

@@ -14,6 +14,7 @@ from fastapi import FastAPI
 
 import corral
 from corral.scheduling.registry import build_profile
+from corral.scheduling.scaling_registry import check_policies
 from corral.schemas.config import load_config
 from corral.server.audit import AuditMiddleware, BodyLimitMiddleware
 from corral.server.context import Context, ServerSettings
@@ -39,6 +40,8 @@ def build_context(settings: ServerSettings) -> Context:
     secure_home(settings.home)
     text = settings.config_path.read_text() if settings.config_path else None
     config = load_config(text, str(settings.config_path or "scheduler config"))
+    if settings.pools:  # an unknown policy or bad arguments: refused at start
+        check_policies(config.autoscaling, pools=[p.name for p in settings.pools])
     engine = make_engine(settings.db_url)
     migrate(engine)
     sessions = session_factory(engine)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from corral.core.pools import Pool
 from corral.scheduling.config import SchedulerConfig
 from corral.scheduling.framework import Profile
 from corral.scheduling.mix import MixLearner, learns_mix
@@ -54,6 +55,8 @@ class ServerSettings:
     max_grace_period: float = 600.0  # seconds; a job asking for more is refused (422)
     log_cap: int = 100 * 10**6  # bytes of each task's log kept; past it the oldest go
     allow_root_jobs: bool = False  # run jobs whose Unix account is root (else 403)
+    pools: tuple[Pool, ...] = ()  # node pools to autoscale (``corral server --pools``)
+    join_token: str | None = None  # for the agents a provider starts (None: $CORRAL_HOME's)
 
     @property
     def url(self) -> str:
@@ -92,6 +95,7 @@ class Context:
         self.audit = AuditWriter(self.sessions)
         self.intake = Intake(self)
         self.mixes = MixLearner() if learns_mix(self.config) else None
+        self.catalog.pools = self.settings.pools
 
     def wake(self) -> None:
         """Ask the control loop for a scheduling cycle soon."""

@@ -8,7 +8,9 @@ Only the leader does the state-changing work, each write transaction fenced by i
 (and recording in the lease which nodes' agents should sync, for the other replicas):
 a cycle runs when something woke it (a submission, a task exit, a node change, on this
 replica or, through the lease row's ``wakes`` counter, on a follower) and at least every
-``policy.interval``; liveness and time limits run every second.
+``policy.interval``; liveness and time limits run every second. With node pools, an
+autoscaling pass (``services.autoscaling``) follows a cycle at most every second and at
+least every five.
 Woken cycles are spaced by ``CYCLE_DUTY`` times the last one's duration (at least
 ``MIN_CYCLE_GAP``), so the loop takes at most about a sixth of the CPU under a burst. A
 database outage is logged and retried, never fatal.
@@ -26,6 +28,7 @@ from corral.errors import FencedError
 from corral.server.context import Context
 from corral.server.errors import transient
 from corral.server.leader import Leadership, LeaseState, Term, nudges
+from corral.server.services.autoscaling import Autoscaling
 from corral.server.services.idle import check_idle
 from corral.server.services.nodes import NodeService
 from corral.server.services.scheduler import enforce_time_limits, run_cycle
@@ -50,6 +53,7 @@ class ControlLoop:
         self.ctx = ctx
         self.leadership = leadership
         self.nodes = NodeService(ctx)
+        self.autoscaling = Autoscaling(ctx)
         self._stop = threading.Event()
         self._last_cycle = self._last_housekeeping = 0.0
         self._next_woken_cycle = 0.0  # time.monotonic(): pacing is real time, whatever the clock
@@ -148,6 +152,8 @@ class ControlLoop:
                 woke = True
             if check_idle(self.ctx, term):
                 woke = True
+        if self.autoscaling.due(woke=False):  # pools: a cycle, then a pass, now and then
+            woke = True
         interval = self.ctx.config.policy.interval
         too_soon = time.monotonic() < self._next_woken_cycle
         if woke and too_soon and now - self._last_cycle < interval:
@@ -161,6 +167,8 @@ class ControlLoop:
             self.ctx.metrics.cycle_seconds.observe(result.duration)
             if result.placed:
                 log.info("cycle placed %d job(s), %d pending", result.placed, result.pending)
+            if self.autoscaling.due(woke=True):
+                self.autoscaling.run(term, result.waiting)
 
 
 def _first_line(exc: DBAPIError) -> str:

@@ -72,6 +72,33 @@ class _ClusterCollector:
         yield from self._gpus(nodes)
         yield from self._telemetry({n.name: n for n in nodes})
         yield from self._events()
+        if self.ctx.settings.pools:
+            yield from self._pools()
+
+    def _pools(self) -> Iterator[Metric]:
+        from corral.server.services.pools import list_pools
+
+        units = GaugeMetricFamily(
+            "corral_pool_units", "Units of each node pool by phase.", labels=["pool", "phase"]
+        )
+        desired = GaugeMetricFamily(
+            "corral_pool_desired_units", "Units each pool should have.", labels=["pool"]
+        )
+        cost = GaugeMetricFamily(
+            "corral_pool_cost_per_hour",
+            "What each pool's units cost per hour now.",
+            labels=["pool"],
+        )
+        for pool in list_pools(self.ctx):
+            for phase, count in (
+                ("provisioning", pool.provisioning),
+                ("ready", pool.ready),
+                ("draining", pool.draining),
+            ):
+                units.add_metric([pool.name, phase], count)
+            desired.add_metric([pool.name], pool.desired)
+            cost.add_metric([pool.name], pool.cost_now)
+        yield from (units, desired, cost)
 
     def _jobs(self) -> Iterator[Metric]:
         pending = GaugeMetricFamily("corral_jobs_pending", "Pending jobs.", labels=["queue"])

@@ -23,25 +23,28 @@ from corral.core.array import Element, throttle
 from corral.core.dependency import ArrayObserved, Observed, Seen, Verdict, evaluate
 from corral.core.job import Job, JobSpec, JobState
 from corral.core.node import Node, NodeState
+from corral.core.pools import Pool
 from corral.errors import ValidationError
-from corral.scheduling.config import QueueConfig, SchedulerConfig
+from corral.scheduling.config import SchedulerConfig
 from corral.scheduling.cycle import ClusterState, Decisions, schedule
 from corral.scheduling.estimates import JobFeatures, RuntimePredictor
 from corral.scheduling.fairshare import Usage, UsageLedger, held
 from corral.scheduling.feasibility import never_fits, node_shapes, with_tpu_hosts
-from corral.scheduling.framework import NodeRequest, Profile
+from corral.scheduling.framework import Profile
 from corral.scheduling.memo import SchedulingMemo
 from corral.scheduling.mix import MixLearner, gpu_supply, learns_mix
-from corral.scheduling.plugins.filters import fits_free
 from corral.scheduling.plugins.jct import restore_cost
 from corral.scheduling.registry import build_profile, default_registry
+from corral.scheduling.scaling import Drain
 from corral.scheduling.snapshot import Snapshot
+from corral.sim.fragmentation import fragmented_gpus
+from corral.sim.pools import PoolChanges, PoolKeeper, gpu_count, pool_supply
 from corral.sim.result import JobRecord, Outcome, Sample, SimResult, TaskPlace
-from corral.sim.workload import NodeEventKind, SimJob, Workload
+from corral.sim.workload import NodeEventKind, SimJob, Workload, with_workload_queues
 
 FRAGMENTATION_SAMPLES = 2000  # at most this many fragmentation measurements per run
-FRAGMENTATION_SHAPES = 16  # the most common pending request shapes it considers
 SAVES_WHEN_SIGNALLED = math.inf  # Allocation.last_checkpoint of a job that saves on SIGTERM
+AUTOSCALE_ROUNDS = 4  # the autoscaler is asked again at once after it drained units
 
 
 class _Kind(IntEnum):  # order of simultaneous events: ends free resources first
@@ -51,6 +54,7 @@ class _Kind(IntEnum):  # order of simultaneous events: ends free resources first
     NODE_FAIL = 3
     NODE_RECOVER = 4
     ARRIVAL = 5
+    POOL = 6  # a pool's timer (``corral.sim.pools``): after jobs let go at the same time
 
 
 @dataclass
@@ -73,6 +77,8 @@ class _Run:
     preempted_by: str | None = None  # while it is being preempted: why
     promised: float | None = None  # the first estimated start (backfill reservation)
     restore: float = 0.0  # seconds the current attempt spends restoring a checkpoint
+    queued: float = 0.0  # when it last became pending (submission or requeue)
+    provisioning_wait: float = 0.0  # of its waits, on pool units being provisioned
 
     @property
     def remaining(self) -> float:
@@ -88,17 +94,20 @@ class Simulator:
     config_name: str = "default"
     seed: int = 0
     progress: Callable[[int, int], None] | None = None  # (jobs ended, jobs total)
+    pools: Sequence[Pool] = ()  # node pools, autoscaled: the simulator is their provider
 
     def __post_init__(self) -> None:
-        if not self.nodes:
-            raise ValidationError("the simulated cluster has no nodes")
+        if not self.nodes and not self.pools:
+            raise ValidationError("the simulated cluster has no nodes and no pools")
         names = [n.name for n in self.nodes]
         if len(set(names)) != len(names):
             raise ValidationError("the simulated cluster declares a node twice")
         self.config = with_workload_queues(self.config, self.workload)
         # corral's request mix, learned from the jobs seen (unless given a profile)
         self._mixes = MixLearner() if self.profile is None and learns_mix(self.config) else None
-        self._supply = gpu_supply(self.nodes)
+        self._supply = pool_supply(self.nodes, self.pools) if self.pools else gpu_supply(self.nodes)
+        self._keeper = PoolKeeper(self.pools, self.config, self.seed) if self.pools else None
+        self._order: tuple[int, ...] = ()  # the last cycle's pending jobs, in its order
         self._registry = default_registry()
         self.profile = self.profile or build_profile(self.config, self._registry)
         self._nodes = {n.name: replace(n, state=NodeState.READY) for n in self.nodes}
@@ -110,7 +119,8 @@ class Simulator:
         self._preempting: set[int] = set()  # running jobs signalled to stop
         self._checkpoints = any(j.checkpoint_interval for j in self.workload.jobs)
         # GPU metrics count GPUs: TPU chips (TPU hosts) are neither capacity nor fragments
-        self._capacity = float(sum(len(n.devices) - n.tpu_chips for n in self.nodes))
+        self._fixed = float(sum(gpu_count(n) for n in self.nodes))
+        self._capacity = self._fixed + (self._keeper.most_gpus() if self._keeper else 0.0)
         self._events: list[tuple[float, int, int, object]] = []
         self._seq = 0
         self._runs: list[_Run] = []
@@ -128,7 +138,7 @@ class Simulator:
         self._allocated = 0.0
         self._samples: list[Sample] = []
         self._ended = 0
-        self._shapes = node_shapes(self.nodes)
+        self._shapes = node_shapes(self.nodes) + (self._keeper.shapes() if self._keeper else [])
         span = max((j.submit_time for j in self.workload.jobs), default=0.0)
         self._frag_period = span / FRAGMENTATION_SAMPLES if span > 0 else 0.0
         self._last_frag_at = -math.inf
@@ -150,6 +160,9 @@ class Simulator:
                 raise ValidationError(f"node event for unknown node {event.node!r}")
             kind = _Kind.NODE_FAIL if event.kind is NodeEventKind.FAIL else _Kind.NODE_RECOVER
             self._push(event.time, kind, event.node)
+        if self._keeper is not None:  # the pools' min units, there from the start
+            start = min((j.submit_time for j in self.workload.jobs), default=0.0)
+            self._pool_changes(self._keeper.start(start), start)
         total = len(self.workload.jobs)
         while self._events:
             now = self._events[0][0]
@@ -171,6 +184,7 @@ class Simulator:
             capacity_gpus=self._capacity,
             config_name=self.config_name,
             seed=self.seed,
+            **(self._keeper.result(self._runs, self._fixed) if self._keeper else {}),
         )
 
     def _push(self, time: float, kind: _Kind, payload: object) -> None:
@@ -182,6 +196,12 @@ class Simulator:
     def _handle(self, kind: _Kind, payload: object, now: float) -> bool:
         if kind is _Kind.ARRIVAL:
             return self._arrive(self.workload.jobs[int(payload) - 1], int(payload), now)
+        if kind is _Kind.POOL:
+            assert self._keeper is not None
+            active = bool(self._running) or len(self._runs) < len(self.workload.jobs)
+            changes = self._keeper.event(payload, now, active)  # type: ignore[arg-type]
+            self._pool_changes(changes or PoolChanges(), now)
+            return changes is not None
         if kind in (_Kind.FINISH, _Kind.PREEMPTED, _Kind.TIME_LIMIT):
             job_id, attempt = payload  # type: ignore[misc]
             run = self._running.get(job_id)
@@ -231,7 +251,7 @@ class Simulator:
             job.submit_time,
             predicted_runtime=self._predict(job),
         )
-        run = _Run(job, core, job.spec.total_gpus)
+        run = _Run(job, core, job.spec.total_gpus, queued=now)
         self._runs.append(run)
         self._by_name[job.name] = run
         if job.array is not None:
@@ -308,6 +328,9 @@ class Simulator:
         run.allocation, run.started = alloc, now
         self._holding[run.core.id] = alloc
         self._held = None
+        if self._keeper is not None:
+            run.provisioning_wait += self._keeper.provisioning_wait(alloc, run.queued, now)
+            self._pool_changes(self._keeper.hold(alloc, now, +1), now)
         run.first_start = now if run.first_start is None else run.first_start
         run.placement = tuple(TaskPlace(t.node, t.gpus) for t in alloc.tasks)
         self._allocated += run.gpus
@@ -345,6 +368,8 @@ class Simulator:
         if run.allocation is not None:
             self._snapshot.release(run.allocation)
             self._rate(run.allocation, -1)
+            if self._keeper is not None:
+                self._pool_changes(self._keeper.hold(run.allocation, now, -1), now)
         elapsed = 0.0 if run.started is None else now - run.started
         progress = max(0.0, elapsed - run.restore)  # restoring a checkpoint is no progress
         run.lost_gpu_seconds += (elapsed - progress) * run.gpus
@@ -366,7 +391,7 @@ class Simulator:
                 run.core, state=JobState.PENDING, attempt=run.core.attempt + 1, ran=run.done
             )
             self._pending[run.core.id] = run
-            run.reason = why
+            run.reason, run.queued = why, now
             return
         run.outcome, run.reason, run.end = outcome, why, now
         self._ended += 1
@@ -424,6 +449,8 @@ class Simulator:
         # a start may satisfy an ``after``: schedule again what that lets in
         while self._schedule(now) and self._waiting and self._gate(now):
             pass
+        if self._keeper is not None:
+            self._autoscale(now)
         self._sample(now)
 
     def _schedule(self, now: float) -> bool:
@@ -442,6 +469,8 @@ class Simulator:
             pending = [r.core for r in self._throttled()]
             decisions = schedule(state, pending, self.config, now, self.profile, estimate=False)
             self._apply(decisions, now)
+            if self._keeper is not None:
+                self._order = tuple(decisions.pending)
         return len(self._running) > running
 
     def _throttled(self) -> list[_Run]:
@@ -467,12 +496,7 @@ class Simulator:
         for job_id, why in decisions.preemptions:
             run = self._running.get(job_id)
             if run is not None and run.preempted_by is None:
-                # SIGTERM now; it holds its resources until the grace period is over
-                run.preempted_by = why
-                self._preempting.add(job_id)
-                run.core = replace(run.core, state=JobState.PREEMPTING)
-                grace = run.job.spec.grace_period
-                self._push(now + grace, _Kind.PREEMPTED, (run.core.id, run.core.attempt))
+                self._signal(run, why, run.job.spec.grace_period, now)
         for alloc in decisions.placements:  # the cycle assumed them in the snapshot
             run = self._pending.get(alloc.job_id)
             if run is not None and run.core.attempt == alloc.attempt:
@@ -486,38 +510,72 @@ class Simulator:
                 if run.promised is None:
                     run.promised = pend.estimated_start
 
+    def _signal(self, run: _Run, why: str, grace: float, now: float) -> None:
+        """SIGTERM now; it holds its resources until ``grace`` seconds are over."""
+        if run.preempted_by is None:
+            run.preempted_by = why
+            self._preempting.add(run.core.id)
+            run.core = replace(run.core, state=JobState.PREEMPTING)
+        self._push(now + grace, _Kind.PREEMPTED, (run.core.id, run.core.attempt))
+
+    # -- pools (``corral.sim.pools``) --------------------------------------------------
+
+    def _autoscale(self, now: float) -> None:
+        """Ask the autoscaler, carry its plan out, and say why jobs wait on pools."""
+        assert self._keeper is not None
+        for _ in range(AUTOSCALE_ROUNDS):
+            pending = [self._pending[i].core for i in self._order if i in self._pending]
+            nodes, held = tuple(self._nodes.values()), self._allocations()
+            plan = self._keeper.autoscale(nodes, held, pending, now, self.profile)
+            self._pool_changes(self._keeper.apply(plan, now), now)
+            for job_id, why in plan.waits.items():
+                if (run := self._pending.get(job_id)) is not None:
+                    run.reason = why
+            if not any(isinstance(action, Drain) for action in plan.actions):
+                break
+
+    def _pool_changes(self, changes: PoolChanges, now: float) -> None:
+        """Spot notices signal the jobs on those nodes (to let go by the deadline); nodes
+        deleted lose their jobs; nodes come, go or change state; timers are set."""
+        for nodes, deadline in changes.notices:
+            for run in list(self._running.values()):
+                if run.allocation and not set(nodes).isdisjoint(run.allocation.nodes):
+                    grace = min(run.job.spec.grace_period, deadline - now)
+                    self._signal(run, f"spot interruption of {nodes[0]}", grace, now)
+        gone = set(changes.removed)
+        for run in list(self._running.values()) if gone else ():
+            if run.allocation and not gone.isdisjoint(run.allocation.nodes):
+                self._interrupt(run, now, "its pool node was deleted")
+        for name in changes.removed:
+            del self._nodes[name]
+        for node in (*changes.states, *changes.added):
+            self._nodes[node.name] = node
+        if changes.added or changes.removed:  # a new node set: a new snapshot
+            self._snapshot = Snapshot.build(self._nodes.values(), self._holding.values())
+            self._memo = SchedulingMemo()
+        else:
+            for node in changes.states:
+                self._snapshot.set_node(node)
+        for time, event in changes.timers:
+            self._push(time, _Kind.POOL, event)
+
     def _sample(self, now: float) -> None:
         if now - self._last_frag_at >= self._frag_period:
-            self._last_frag, self._last_frag_at = self._fragmentation(), now
+            pending = (run.job.spec for run in self._pending.values())
+            self._last_frag = fragmented_gpus(self._snapshot, pending, self.config)
+            self._last_frag_at = now
         sample = Sample(
             time=now,
             allocated_gpus=round(self._allocated, 6),
             pending_jobs=len(self._pending) + len(self._waiting),
             running_jobs=len(self._running),
             fragmented_gpus=self._last_frag,
+            paid_gpus=None if self._keeper is None else self._fixed + self._keeper.paid_gpus(),
         )
         if self._samples and self._samples[-1].time == now:
             self._samples[-1] = sample
         else:
             self._samples.append(sample)
-
-    def _fragmentation(self) -> float:
-        """Free GPUs (on ready nodes) that none of the common pending requests could use."""
-        if not self._pending:
-            return 0.0
-        counts: dict[NodeRequest, int] = {}
-        for run in self._pending.values():
-            request = NodeRequest.of(run.job.spec, self.config.queue_placement(run.job.spec.queue))
-            counts[request] = counts.get(request, 0) + 1
-        shapes = sorted(counts, key=counts.__getitem__, reverse=True)[:FRAGMENTATION_SHAPES]
-        stranded = 0.0
-        for view in self._snapshot.views():
-            free = len(view.node.devices) - view.used_gpus
-            if free <= 0 or not view.node.state.schedulable or view.node.tpu_chips:
-                continue
-            if not any(fits_free(request, view) is None for request in shapes):
-                stranded += free
-        return stranded
 
     def _record(self, run: _Run) -> JobRecord:
         return JobRecord(
@@ -534,6 +592,7 @@ class Simulator:
             placement=run.placement,
             reason=run.reason,
             promised_start=run.promised,
+            provisioning_wait=run.provisioning_wait,
         )
 
 
@@ -545,18 +604,6 @@ _OUTCOME_STATES = {
 }
 
 
-def with_workload_queues(config: SchedulerConfig, workload: Workload) -> SchedulerConfig:
-    """A configuration that declares no queues (only the implicit ``default``) gets one
-    unlimited queue per queue the workload names, as traces bring their own (users,
-    virtual clusters); a configuration that declares queues is taken as it is, and jobs of
-    other queues are refused, as the server refuses them."""
-    if config.queues != SchedulerConfig().queues:
-        return config
-    names = sorted({j.spec.queue for j in workload.jobs} - {"default"})
-    queues = config.queues + tuple(QueueConfig(name) for name in names)
-    return replace(config, queues=queues)
-
-
 def simulate(
     nodes: Sequence[Node],
     workload: Workload,
@@ -564,8 +611,10 @@ def simulate(
     config_name: str = "default",
     seed: int = 0,
     progress: Callable[[int, int], None] | None = None,
+    pools: Sequence[Pool] = (),
 ) -> SimResult:
-    """Run ``workload`` on ``nodes`` with the production scheduler under ``config``."""
+    """Run ``workload`` on ``nodes`` (and ``pools``, autoscaled) with the production
+    scheduler under ``config``."""
     return Simulator(
-        nodes, workload, config or SchedulerConfig(), None, config_name, seed, progress
+        nodes, workload, config or SchedulerConfig(), None, config_name, seed, progress, pools
     ).run()

@@ -30,6 +30,19 @@ Pure functions over the result, no I/O. Definitions (SPEC section 5 names the JS
   anything reachable; ``jct_lower_bound`` is the stronger max(SRPT bound, mean run time)
   (no job ends sooner than its run time), with ``jct_bound_ratio`` against it.
 
+**With pools** (``SimResult.pools``; none of this otherwise): the window ends at the
+run's end, ``SimResult.end_time`` (the last job's end or the last change to a pool unit,
+whichever is later: what idle units cost after the last job counts), and
+``gpu_utilization`` is allocated GPU-time over **paid** GPU-time in it: the fixed nodes'
+GPUs over the whole window plus each pool unit's GPUs from its request to its deletion
+(``corral.sim.pools``); ``avg_fragmentation`` is over paid GPU-time likewise.
+``PoolTotals`` adds ``paid_gpu_hours`` and ``used_gpu_hours`` (those two), the pools'
+``pool_node_hours``, ``pool_provisioning_hours``, ``pool_cost``, units provisioned and
+interrupted, and the waits caused by provisioning: ``provisioning_wait_jobs`` (jobs that
+waited on a unit they then started on), ``provisioning_wait_total`` and
+``provisioning_wait_avg`` (seconds, over those jobs). ``pools_json`` gives each pool's
+``PoolRecord``, with ``gpu_utilization`` (used over paid GPU-hours on its nodes).
+
 Empty cases: a value whose jobs do not exist (no completed job, no started job, a window
 of zero length, a zero bound) is ``None``, never ``0`` or ``NaN``; counts and sums are 0.
 
@@ -46,7 +59,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from corral.sim.bounds import makespan_lower_bound, srpt_mean_jct_lower_bound
-from corral.sim.result import JobRecord, Outcome, Sample, SimResult
+from corral.sim.result import JobRecord, Outcome, PoolRecord, Sample, SimResult
 
 # The metrics that mean nothing when the submit and run times are made up.
 TIMED = (
@@ -67,6 +80,23 @@ TIMED = (
     "makespan_lower_bound",
     "makespan_ratio",
 )
+
+
+@dataclass(frozen=True)
+class PoolTotals:
+    """The pools' totals of a run (module docstring); hours, seconds for waits."""
+
+    paid_gpu_hours: float
+    used_gpu_hours: float
+    pool_node_hours: float
+    pool_provisioning_hours: float
+    pool_cost: float
+    pool_units_provisioned: int
+    pool_units_interrupted: int
+    provisioning_wait_jobs: int
+    provisioning_wait_total: float
+    provisioning_wait_avg: float | None
+    by_pool: tuple[PoolRecord, ...] = ()  # each pool's (not in the metrics' JSON)
 
 
 @dataclass(frozen=True)
@@ -102,12 +132,17 @@ class Metrics:
     makespan_lower_bound: float | None
     makespan_ratio: float | None
     not_applicable: tuple[str, ...] = ()  # fields left out: the workload's times are made up
+    pools: PoolTotals | None = None  # with pools only
 
     def to_json(self) -> dict[str, Any]:
-        """A JSON-ready dict: one key per field, ``queue_gpu_hours`` as an object."""
+        """A JSON-ready dict: one key per field, ``queue_gpu_hours`` as an object; with
+        pools, ``PoolTotals``' keys too (``by_pool`` aside)."""
         data = asdict(self)
         data["queue_gpu_hours"] = dict(self.queue_gpu_hours)
         data["not_applicable"] = list(self.not_applicable)
+        del data["pools"]
+        if self.pools is not None:
+            data.update({k: v for k, v in asdict(self.pools).items() if k != "by_pool"})
         return data
 
 
@@ -194,8 +229,10 @@ def _compute(result: SimResult) -> Metrics:
     makespan = None if start is None or end is None else max(0.0, float(end - start))
 
     capacity = result.capacity_gpus
-    utilization = fragmentation = None
-    if start is not None and end is not None and capacity > 0:
+    utilization = fragmentation = pools = None
+    if result.pools:
+        pools, utilization, fragmentation = _pool_totals(result, start, end)
+    elif start is not None and end is not None and capacity > 0:
         allocated = time_average(result.samples, "allocated_gpus", start, end)
         fragmented = time_average(result.samples, "fragmented_gpus", start, end)
         utilization = None if allocated is None else allocated / capacity
@@ -242,7 +279,47 @@ def _compute(result: SimResult) -> Metrics:
         jct_bound_ratio=_ratio(avg_jct, jct_bound),
         makespan_lower_bound=makespan_bound,
         makespan_ratio=_ratio(makespan, makespan_bound),
+        pools=pools,
     )
+
+
+def _pool_totals(
+    result: SimResult, start: float | None, end: float | None
+) -> tuple[PoolTotals, float | None, float | None]:
+    """The pools' totals, and GPU utilization and fragmentation over paid GPU-time, in
+    the window from ``start`` to the run's end (module docstring)."""
+    begin = start if start is not None else 0.0
+    until = max(begin, end or begin, result.end_time or begin)
+    span = until - begin
+    used = (time_average(result.samples, "allocated_gpus", begin, until) or 0.0) * span
+    fragmented = (time_average(result.samples, "fragmented_gpus", begin, until) or 0.0) * span
+    paid = result.fixed_gpus * span + sum(p.gpu_hours_paid for p in result.pools) * 3600
+    waits = [j.provisioning_wait for j in result.jobs if j.provisioning_wait > 0]
+    totals = PoolTotals(
+        paid_gpu_hours=paid / 3600,
+        used_gpu_hours=used / 3600,
+        pool_node_hours=sum(p.node_hours for p in result.pools),
+        pool_provisioning_hours=sum(p.provisioning_hours for p in result.pools),
+        pool_cost=sum(p.cost for p in result.pools),
+        pool_units_provisioned=sum(p.units_provisioned for p in result.pools),
+        pool_units_interrupted=sum(p.units_interrupted for p in result.pools),
+        provisioning_wait_jobs=len(waits),
+        provisioning_wait_total=sum(waits),
+        provisioning_wait_avg=_mean(waits),
+        by_pool=result.pools,
+    )
+    if paid <= 0:
+        return totals, None, None
+    return totals, used / paid, fragmented / paid
+
+
+def pools_json(result: SimResult) -> list[dict[str, Any]]:
+    """Each pool's ``PoolRecord`` as a dict, with ``gpu_utilization`` (GPU-hours used over
+    paid on its nodes; None when it paid for none)."""
+    return [
+        {**asdict(p), "gpu_utilization": _ratio(p.gpu_hours_used, p.gpu_hours_paid)}
+        for p in result.pools
+    ]
 
 
 def jobs_json(result: SimResult) -> list[dict[str, Any]]:
@@ -266,6 +343,7 @@ def jobs_json(result: SimResult) -> list[dict[str, Any]]:
             "lost_gpu_seconds": job.lost_gpu_seconds,
             "placement": [{"node": p.node, "gpus": list(p.gpus)} for p in job.placement],
             "reason": job.reason,
+            **({"provisioning_wait": job.provisioning_wait} if result.pools else {}),
         }
         for job in result.jobs
     ]

@@ -4,7 +4,9 @@
 ``1h02m``, fractions as percentages; ``n/a`` for a metric the workload cannot give, ``-``
 for one without jobs to measure) and, when several configurations are compared, says
 which cells are the best of their row. ``metrics_table`` and ``compare_table`` lay those
-rows out with Rich; ``corral.sim.report`` lays out the same rows in HTML.
+rows out with Rich; ``corral.sim.report`` lays out the same rows in HTML. Runs with pools
+get a ``pools`` section (cost, node-hours, paid and used GPU-hours, provisioning waits;
+per pool when there are several), and ``pools_table`` one row per pool.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from rich.table import Table
 from rich.text import Text
 
 from corral.core.units import format_duration
-from corral.sim.metrics import Metrics
+from corral.sim.metrics import Metrics, PoolTotals
+from corral.sim.result import PoolRecord
 
 Better = Literal["low", "high"] | None
 BEST_MARK = " *"
@@ -98,6 +101,54 @@ _BOUNDS: tuple[_Spec, ...] = (
 )
 
 
+def _total(name: str) -> _Getter:
+    def getter(m: Metrics) -> float | None:
+        return None if m.pools is None else getattr(m.pools, name)
+
+    return getter
+
+
+def _per_pool(pool: str, name: str) -> _Getter:
+    def getter(m: Metrics) -> float | None:
+        records = m.pools.by_pool if m.pools is not None else ()
+        return next((getattr(r, name) for r in records if r.name == pool), None)
+
+    return getter
+
+
+def _money(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.2f}"
+
+
+_POOLS: tuple[tuple[str, str, Callable[[float | None], str], Better], ...] = (
+    ("Cost", "pool_cost", _money, "low"),
+    ("Node-hours", "pool_node_hours", _number, "low"),
+    ("Node-hours provisioning", "pool_provisioning_hours", _number, "low"),
+    ("GPU-hours paid", "paid_gpu_hours", _number, "low"),
+    ("GPU-hours used", "used_gpu_hours", _number, None),
+    ("Units provisioned", "pool_units_provisioned", _count, None),
+    ("Units interrupted", "pool_units_interrupted", _count, "low"),
+    ("Jobs that waited on provisioning", "provisioning_wait_jobs", _count, "low"),
+    ("Provisioning wait total", "provisioning_wait_total", format_duration, "low"),
+    ("Provisioning wait avg", "provisioning_wait_avg", format_duration, "low"),
+)
+
+
+def _pool_rows(metrics: Sequence[Metrics]) -> list[_Spec]:
+    """The pools' totals, and each pool's cost and node-hours when there are several."""
+    if all(m.pools is None for m in metrics):
+        return []
+    rows: list[_Spec] = [("pools", lb, _total(key), f, b) for lb, key, f, b in _POOLS]
+    names = sorted({r.name for m in metrics if m.pools for r in m.pools.by_pool})
+    if len(names) > 1:
+        for pool in names:
+            rows.append(("pools", f"Cost, pool {pool}", _per_pool(pool, "cost"), _money, "low"))
+            rows.append(
+                ("pools", f"Node-hours, pool {pool}", _per_pool(pool, "node_hours"), _number, "low")
+            )
+    return rows
+
+
 def _best(values: Sequence[float | None], better: Better) -> frozenset[int]:
     """Indexes of the best values; none when fewer than two are known or all are equal."""
     known = [(i, v) for i, v in enumerate(values) if v is not None]
@@ -144,7 +195,7 @@ def metric_rows(metrics: Sequence[Metrics], max_queues: int = 12) -> list[Metric
     ones with the most GPU-hours and one row that sums the others.
     """
     rows = []
-    specs = (*_SPECS, *_queue_rows(metrics, max_queues), _FAIRNESS, *_BOUNDS)
+    specs = (*_SPECS, *_queue_rows(metrics, max_queues), _FAIRNESS, *_pool_rows(metrics), *_BOUNDS)
     for section, label, key, fmt, better in specs:
         values = [getattr(m, key) if isinstance(key, str) else key(m) for m in metrics]
         cells = tuple(
@@ -184,3 +235,45 @@ def compare_table(rows: list[tuple[str, Metrics]], title: str = "Comparison") ->
     for name, _ in rows:
         table.add_column(name, justify="right")
     return _layout(table, metric_rows([m for _, m in rows]), mark=True)
+
+
+POOL_COLUMNS = (
+    "Pool",
+    "Min..max",
+    "Peak units",
+    "Provisioned",
+    "Deleted",
+    "Interrupted",
+    "Node-hours",
+    "Provisioning",
+    "Cost",
+    "GPU-h paid",
+    "GPU-h used",
+)
+
+
+def pool_cells(pool: PoolRecord) -> tuple[str, ...]:
+    """One pool's row of ``pools_table`` (and of the HTML report's)."""
+    return (
+        pool.name + (" (spot)" if pool.spot else ""),
+        f"{pool.min}..{pool.max}",
+        _count(pool.peak_units),
+        _count(pool.units_provisioned),
+        _count(pool.units_deleted),
+        _count(pool.units_interrupted),
+        _number(pool.node_hours),
+        _number(pool.provisioning_hours),
+        _money(pool.cost),
+        _number(pool.gpu_hours_paid),
+        _number(pool.gpu_hours_used),
+    )
+
+
+def pools_table(totals: PoolTotals, title: str) -> Table:
+    """One run's pools, a row each (hours; cost in the pools' ``cost_per_hour`` unit)."""
+    table = Table(title=title)
+    for i, column in enumerate(POOL_COLUMNS):
+        table.add_column(column, justify="left" if i == 0 else "right")
+    for pool in totals.by_pool:
+        table.add_row(*pool_cells(pool))
+    return table

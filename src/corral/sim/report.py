@@ -2,7 +2,9 @@
 
 Three plots, one line per configuration (overlaid when several): GPUs allocated over time,
 pending jobs over time, and the CDF of job completion times (left out when the workload's
-times are made up, as ``Workload.timed`` says). Plots are PNG images made
+times are made up, as ``Workload.timed`` says). With pools, the allocation plot draws the
+GPUs paid for over time (fixed and pool nodes) instead of a fixed capacity, and a table
+gives each pool's bill. Plots are PNG images made
 with matplotlib's Agg renderer (no pyplot, no global backend switch) and embedded as
 base64, so the file needs no network and no JavaScript. matplotlib is optional
 (``pip install 'corral[report]'``) and imported only here, when a report is written.
@@ -19,7 +21,7 @@ from typing import Any
 
 from corral.errors import ValidationError
 from corral.sim.metrics import Metrics
-from corral.sim.render import metric_rows
+from corral.sim.render import POOL_COLUMNS, metric_rows, pool_cells
 from corral.sim.result import SimResult
 
 _MISSING = "--report needs matplotlib: pip install 'corral[report]'"
@@ -86,9 +88,14 @@ def _over_time(results: Sequence[tuple[str, SimResult]], what: str) -> str:
         if result.samples:
             xs = [s.time / scale for s in result.samples]
             ys = [getattr(s, what) for s in result.samples]
-            axes.step(xs, ys, where="post", label=name, linewidth=1.2)
+            (line,) = axes.step(xs, ys, where="post", label=name, linewidth=1.2)
+            paid = [s.paid_gpus for s in result.samples]
+            if what == "allocated_gpus" and result.pools:  # what it paid for, over time
+                color = line.get_color()
+                axes.step(xs, paid, where="post", label=f"{name}: paid", color=color, ls="--")
     if what == "allocated_gpus":
-        for capacity in sorted({r.capacity_gpus for _, r in results}):
+        fixed = [r for _, r in results if not r.pools]
+        for capacity in sorted({r.capacity_gpus for r in fixed}):
             axes.axhline(capacity, color="grey", linestyle="--", linewidth=1)
             axes.annotate(
                 f"capacity {capacity:g} GPUs",
@@ -108,6 +115,8 @@ def _over_time(results: Sequence[tuple[str, SimResult]], what: str) -> str:
     axes.set_ylabel(ylabel)
     top = max([r.capacity_gpus for _, r in results] if what == "allocated_gpus" else [0.0])
     top = max([top, 1.0, *(getattr(s, what) for _, r in results for s in r.samples)])
+    if what == "allocated_gpus" and any(r.pools for _, r in results):  # the paid GPUs
+        top = max([1.0, *(s.paid_gpus or s.allocated_gpus for _, r in results for s in r.samples)])
     axes.set_ylim(0, top * 1.08)
     if times:
         axes.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
@@ -154,6 +163,27 @@ def _metrics_html(names: Sequence[str], metrics: Sequence[Metrics]) -> str:
     return "\n".join(lines)
 
 
+def _pools_html(results: Sequence[tuple[str, SimResult]]) -> str:
+    """Each run's pools, a row each; empty without pools."""
+    rows = [(name, pool) for name, result in results for pool in result.pools]
+    if not rows:
+        return ""
+    several = len(results) > 1
+    head = "".join(
+        f"<th>{html.escape(c)}</th>" for c in (("Run",) if several else ()) + POOL_COLUMNS
+    )
+    lines = [f"\n<h2>Pools</h2>\n<table><thead><tr>{head}</tr></thead><tbody>"]
+    for name, pool in rows:
+        cells = ((name,) if several else ()) + pool_cells(pool)
+        lines.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
+    note = (
+        "A unit is paid from its request to its deletion; provisioning is the part before it "
+        "was ready. Cost is node-hours times the pool's cost per hour."
+    )
+    lines.append(f'</tbody></table>\n<p class="note">{html.escape(note)}</p>')
+    return "\n".join(lines)
+
+
 def _image(data: str, alt: str, caption: str) -> str:
     return (
         f'<figure><img alt="{html.escape(alt)}" src="data:image/png;base64,{data}">'
@@ -187,7 +217,8 @@ def write_report(
         _image(
             _over_time(runs, "allocated_gpus"),
             "GPU allocation over time",
-            "GPUs held by running jobs; the dashed line is the cluster's capacity.",
+            "GPUs held by running jobs; the dashed line is the cluster's capacity (with pools: "
+            "the GPUs paid for, fixed and pool nodes).",
         ),
         _image(
             _over_time(runs, "pending_jobs"),
@@ -226,7 +257,7 @@ def write_report(
 {notes_html}
 <h2>Metrics</h2>
 {_metrics_html(names, [m for _, _, m in results])}
-<p class="note">{html.escape(note)}</p>
+<p class="note">{html.escape(note)}</p>{_pools_html(runs)}
 <h2>Plots</h2>
 {"".join(images)}
 </body>

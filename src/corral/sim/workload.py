@@ -12,6 +12,7 @@ from enum import StrEnum
 from corral.core.dependency import Dependency
 from corral.core.job import JobSpec
 from corral.core.node import Node
+from corral.scheduling.config import QueueConfig, SchedulerConfig
 
 
 @dataclass(frozen=True)
@@ -95,3 +96,15 @@ class Workload:
             replace(j, spec=replace(j.spec, runtime_estimate=j.duration)) for j in self.jobs
         )
         return replace(self, jobs=jobs, source=f"{self.source} (true run times revealed)")
+
+
+def with_workload_queues(config: SchedulerConfig, workload: Workload) -> SchedulerConfig:
+    """A configuration that declares no queues (only the implicit ``default``) gets one
+    unlimited queue per queue the workload names, as traces bring their own (users,
+    virtual clusters); a configuration that declares queues is taken as it is, and jobs of
+    other queues are refused, as the server refuses them."""
+    if config.queues != SchedulerConfig().queues:
+        return config
+    names = sorted({j.spec.queue for j in workload.jobs} - {"default"})
+    queues = config.queues + tuple(QueueConfig(name) for name in names)
+    return replace(config, queues=queues)

@@ -205,6 +205,34 @@ class NodeRow(Base):
     # the hash of the node credential its first agent received; a later registration of
     # the name must present it (None: the next registration takes the name)
     credential_hash: Mapped[str | None] = mapped_column(String(64))
+    # a spot notice's deadline: the node's work is stopped to end by then, and it leaves
+    leave_at: Mapped[float | None] = mapped_column(Float)
+
+
+class PoolUnitRow(Base):
+    """A unit of a node pool (``core.pools.Unit``): one node, or a TPU slice's hosts."""
+
+    __tablename__ = "pool_units"
+
+    name: Mapped[str] = mapped_column(String(253), primary_key=True)
+    pool: Mapped[str] = mapped_column(String(63), index=True)
+    phase: Mapped[str] = mapped_column(String(16))
+    since: Mapped[float] = mapped_column(Float)
+    requested_at: Mapped[float] = mapped_column(Float)
+    nodes: Mapped[list] = mapped_column(JSON)
+    idle_since: Mapped[float | None] = mapped_column(Float)
+    deadline: Mapped[float | None] = mapped_column(Float)
+    reason: Mapped[str] = mapped_column(Text, default="")
+
+
+class PoolFailureRow(Base):
+    """A pool's provisioning failures in a row, for its backoff."""
+
+    __tablename__ = "pool_failures"
+
+    pool: Mapped[str] = mapped_column(String(63), primary_key=True)
+    count: Mapped[int] = mapped_column(Integer)
+    last: Mapped[float] = mapped_column(Float)
 
 
 class QueueUsageRow(Base):

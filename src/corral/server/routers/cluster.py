@@ -14,6 +14,9 @@ from corral.schemas.api import (
     Health,
     NodeList,
     NodeOut,
+    NoticeIn,
+    NoticeOut,
+    PoolList,
     QueueList,
     TokenCreate,
     TokenList,
@@ -28,6 +31,8 @@ from corral.server.deps import admin, any_token, context, owner_of, user
 from corral.server.services.audit import list_audit
 from corral.server.services.auth import TokenService
 from corral.server.services.nodes import NodeService
+from corral.server.services.notices import give_notice
+from corral.server.services.pools import list_pools
 from corral.server.services.queues import list_queues
 
 router = APIRouter()
@@ -94,6 +99,23 @@ def reset(name: NodeName, ctx: Context = Depends(context), _: TokenRow = Depends
     forgotten, its node token revoked, its live tasks lost (requeued or failed), and it
     stays lost until an agent registers the name, which then receives a new credential."""
     return NodeService(ctx).reset(name)
+
+
+@router.post("/nodes/{name}/notice", response_model=NoticeOut, tags=["nodes"])
+def notice(
+    name: NodeName, body: NoticeIn, ctx: Context = Depends(context), _: TokenRow = Depends(admin)
+) -> NoticeOut:
+    """A spot termination notice: the node (with the rest of its pool unit) is drained,
+    its jobs are preempted so that they end within ``deadline`` seconds and requeued, and
+    a pool's unit is deleted once empty (a fixed node stays drained)."""
+    leave_at = ctx.clock() + body.deadline
+    return NoticeOut(nodes=give_notice(ctx, name, body.deadline), leave_at=leave_at)
+
+
+@router.get("/pools", response_model=PoolList, tags=["pools"])
+def pools(ctx: Context = Depends(context), _: TokenRow = Depends(user)) -> PoolList:
+    """Each node pool: its units, desired size, provisioning in flight and cost now."""
+    return PoolList(pools=list_pools(ctx))
 
 
 @router.get("/queues", response_model=QueueList, tags=["queues"])

@@ -43,6 +43,9 @@ from corral.server.services.transitions import lock_job, move_node
 LIVE_TASK_STATES = ("assigned", "running", "terminating")
 
 
+NOTICE_MARGIN = 5.0  # seconds a spot notice keeps for the agent to report the exits
+
+
 class NodeService:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
@@ -201,6 +204,7 @@ class NodeService:
                 for key in sorted(keys)
             ]
             desired = self._desired(session, node)
+            leave_at = node.leave_at
             steps, step_acks = sync_steps(session, req, desired, self.ctx.settings.log_cap, now)
         for queue, wait in filter(None, started):
             self.ctx.metrics.start_wait.labels(queue).observe(wait)
@@ -215,6 +219,7 @@ class NodeService:
             step_acks=step_acks,
             sync_interval=settings.sync_interval,
             log_cap=settings.log_cap,
+            stop_grace=None if leave_at is None else max(0.0, leave_at - now - NOTICE_MARGIN),
         )
 
     @staticmethod
@@ -271,6 +276,8 @@ class NodeService:
                 move_node(
                     session, row, target, "drained by admin" if draining else "undrained", now
                 )
+            if not draining:
+                row.leave_at = None  # a spot notice is withdrawn with the drain
         self.ctx.wake()
         return self.get(name)
 

@@ -45,6 +45,7 @@ class CycleResult:
     placed: int
     pending: int
     duration: float
+    waiting: tuple[Job, ...] = ()  # the jobs left pending, in the cycle's order
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,7 @@ class CyclePlan:
     decisions: Decisions
     now: float
     gates: Gates = field(default_factory=Gates)  # held, waiting and throttled jobs, left out
+    jobs: tuple[Job, ...] = ()  # the pending jobs offered to the scheduler
 
 
 def run_cycle(ctx: Context, term: Term | None = None) -> CycleResult:
@@ -118,7 +120,11 @@ def run_cycle(ctx: Context, term: Term | None = None) -> CycleResult:
     waiting = any(reason != HELD for reason in plan.gates.blocked.values())
     if plan.gates.cancelled or (placed and waiting):  # dependents may be decided now
         ctx.wake()
-    return CycleResult(placed, len(plan.pending) - placed, ctx.clock() - plan.now)
+    reasons = plan.decisions.pending
+    waiting = sorted(
+        (j for j in plan.jobs if j.id in reasons), key=lambda j: reasons[j.id].position
+    )
+    return CycleResult(placed, len(plan.pending) - placed, ctx.clock() - plan.now, tuple(waiting))
 
 
 def plan_cycle(ctx: Context, session: Session) -> CyclePlan:
@@ -147,7 +153,7 @@ def plan_cycle(ctx: Context, session: Session) -> CyclePlan:
     usage = stored.advance(now, cluster.state.allocations)
     state = replace(cluster.state, usage=usage)
     decisions = schedule(state, pending, ctx.config, now, ctx.profile)
-    return CyclePlan(cluster, pending_rows, usage, decisions, now, gates)
+    return CyclePlan(cluster, pending_rows, usage, decisions, now, gates, tuple(pending))
 
 
 def learn_mix(

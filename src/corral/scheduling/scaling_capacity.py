@@ -1,0 +1,458 @@
+"""The capacity a pending job could get without new units, for ``queue-demand``.
+
+A :class:`Capacity` is a scratch snapshot (``snapshot``) that starts nearly empty and
+grows as jobs need it. The cluster's capacity is sorted into **groups** of alike members
+(a member: one unit's nodes, or one fixed node):
+
+- ``partial``: busy nodes that still have room, by kind of node and free whole devices
+  (tightest first, as packing would choose); their allocations come with them;
+- ``fresh``: idle ready units of a pool, idle fixed nodes of one likeness;
+- ``coming``: units in flight or granted earlier this pass, soonest first, their nodes
+  taken as empty and ready.
+
+:meth:`Capacity.ensure` adds members of the groups that could host a job (a selector and
+capacity check on one empty member, cached per request and kind of node) until they
+offer its node count; a count of nodes per free whole devices, kept for the members in
+and out of the snapshot, rules out hopeless trials first (:meth:`Capacity.may_fit`). So a
+pass places jobs on a few hundred nodes, not on a snapshot of the whole cluster. Busy TPU
+slices and fixed TPU hosts go in at once (a slice needs its pod's free hosts together).
+
+Nodes of pools lose their pool and unit labels in the snapshot (unless a pending job
+selects by them), so that the evaluator shares verdicts between alike nodes.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Hashable
+from dataclasses import dataclass, field, replace
+
+from corral.core.allocation import Allocation
+from corral.core.node import Node, NodeState
+from corral.core.pools import POOL_LABEL, UNIT_LABEL, Pool
+from corral.core.resources import GpuKind
+from corral.core.tpu import POD_LABEL
+from corral.scheduling.feasibility import NodeShapes, node_shapes
+from corral.scheduling.framework import NodeRequest
+from corral.scheduling.plugins.filters import NodeSelectorFilter, fits_capacity
+from corral.scheduling.scaling_policies import NodeUsage, ScalingView
+from corral.scheduling.snapshot import NodeView, Snapshot, node_likeness
+
+READY, COMING, NEW = 0, 1, 2  # ready now; in flight or granted earlier; added by the walk
+POOL_LABELS = frozenset({POOL_LABEL, UNIT_LABEL, POD_LABEL})
+SELECTOR = NodeSelectorFilter()
+
+# (unit name, node names, seconds until ready, granted earlier this pass); a fixed node's
+# unit name is empty
+Entry = tuple[str, tuple[str, ...], float, bool]
+
+
+@dataclass(eq=False)
+class Member:
+    """Capacity in the snapshot: one unit's nodes, or one fixed node (``unit`` empty)."""
+
+    nodes: tuple[Node, ...]
+    kind: int
+    pool: Pool | None = None
+    unit: str = ""
+    eta: float = 0.0  # seconds until ready (coming, new)
+    planned: bool = False  # granted earlier this pass (its jobs go on the Provision)
+    group: Group | None = None
+    untouched: bool = True  # no work assumed on it by this walk
+
+
+@dataclass(eq=False)
+class Group:
+    """Alike members of one kind; ``entries[:added]`` are in the snapshot. ``alike``:
+    what a member looks like to filters (kind of pool, or fixed nodes' likeness);
+    ``named``: the same, for requests whose selectors name pools. ``free``: free whole
+    devices of a partial group's nodes (None: fresh or coming). ``estimate``: each host's
+    free devices, as counted while out of the snapshot."""
+
+    alike: Hashable
+    named: Hashable
+    kind: int
+    pool: Pool | None
+    sample: Node
+    estimate: tuple[int, ...]
+    free: int | None = None
+    entries: list[Entry] = field(default_factory=list)
+    added: int = 0
+    spare: int = 0  # added members still untouched
+
+    @property
+    def remaining(self) -> int:
+        return len(self.entries) - self.added
+
+    @property
+    def hosts(self) -> int:
+        return len(self.estimate)
+
+
+class ScratchSnapshot(Snapshot):
+    """A snapshot that nodes can be added to: each addition is logged as a change, so the
+    evaluator's indexes pick it up as they do any other."""
+
+    def add(self, node: Node) -> NodeView:
+        view = NodeView(node)
+        view.kind = self._kinds.setdefault(node_likeness(node), len(self._kinds))
+        self.nodes[node.name] = view
+        self._views.append(view)
+        self._changed(node.name)
+        self._state = next(self._states)
+        return view
+
+
+def free_devices(node: Node) -> int:
+    """Devices of an empty ``node`` that a whole-device request could take."""
+    return sum(1 for d in node.devices if not d.mig)
+
+
+def free_now(view: NodeView) -> int:
+    """``view.free_whole_count()``, faster without MIG."""
+    return view.free_whole_count() if any(view.mig_used) else view.used_milli.count(0)
+
+
+def names_pools(request: NodeRequest) -> bool:
+    """Whether the request's node selector names pools or units (by their labels)."""
+    return any(key in POOL_LABELS for key, _ in request.selector)
+
+
+def pool_kind(pool: Pool) -> Hashable:
+    """What placements on ``pool``'s units depend on: its template less the pool's own
+    labels (pools alike but for name, cost and limits share trials and checks)."""
+    return tuple(
+        (
+            node.devices,
+            node.cpus,
+            node.memory,
+            node.network,
+            tuple(kv for kv in node.labels if kv[0] not in POOL_LABELS),
+            node.attributes,
+        )
+        for node in pool.template
+    )
+
+
+class Capacity:
+    """The scratch snapshot, its groups, and what each node in it is (module docstring)."""
+
+    def __init__(self, view: ScalingView) -> None:
+        self.view = view
+        self.usage: NodeUsage = view.usage
+        inp = view.inp
+        selected = {key for job in inp.pending for part in job.spec.parts
+                    for key, _ in part.node_selector}  # fmt: skip
+        self.dropped = frozenset({POOL_LABEL, UNIT_LABEL} - selected)
+        self.snapshot = ScratchSnapshot(())
+        self.groups: list[Group] = []
+        self.member_of: dict[str, Member] = {}  # snapshot node -> its member
+        self.slot: dict[str, tuple[int, int]] = {}  # visible node -> (kind, free devices)
+        self.hist: tuple[Counter[int], Counter[int]] = (Counter(), Counter())  # ready, all
+        self.not_ready: dict[str, int] = {}  # coming and new nodes
+        self.kinds: dict[str, int] = {}
+        self._kind_ids: dict[Hashable, int] = {}
+        self._hosts: dict[tuple[NodeRequest, Hashable], bool] = {}
+        self._compatible: dict[tuple[NodeRequest, bool, int], list[Group]] = {}
+        self.by_name: dict[str, Node] = {}
+        self.on: dict[str, list[Allocation]] = {}  # allocations on nodes with room
+        self.fixed: NodeShapes = []
+        self._sort(inp.nodes)
+
+    # --- sorting the cluster into groups ----------------------------------------------
+
+    def _sort(self, nodes: tuple[Node, ...]) -> None:
+        view, usage = self.view, self.usage
+        held = usage.held
+        cpu_jobs = [
+            j.spec.cpus or 0.0
+            for j in view.inp.pending
+            if j.spec.gpus.kind is GpuKind.NONE and not j.spec.tpu
+        ]
+        self._least_cpus = min(cpu_jobs, default=None)
+        groups: dict[Hashable, Group] = {}
+        direct: list[Member] = []
+        ready = NodeState.READY
+        self.by_name = {node.name: node for node in nodes}
+        fixed_ready = [n for n in nodes if n.state is ready and POOL_LABEL not in n.label_map]
+        self.fixed = node_shapes(fixed_ready)
+        for node in fixed_ready:
+            entry: Entry = ("", (node.name,), 0.0, False)
+            if node.tpu_chips:
+                direct.append(Member((node,), READY))
+            elif node.name not in held:
+                self._group(groups, ("fixed", node_likeness(node)), READY, None, node, [entry])
+            elif self._room(node):
+                key = ("fixed", node_likeness(node))
+                self._group(groups, key, READY, None, node, [entry], self._free_on(node))
+        for pool in view.pools:
+            direct += self._sort_pool(pool, groups)
+        self.groups = sorted(groups.values(), key=_order)
+        wanted = {n.name for m in direct for n in m.nodes}
+        wanted.update(e[1][0] for g in self.groups if g.free is not None for e in g.entries)
+        on = self.on
+        for alloc in view.inp.allocations:
+            for task in alloc.tasks:
+                if task.node in wanted:
+                    listed = on.setdefault(task.node, [])
+                    if not listed or listed[-1] is not alloc:
+                        listed.append(alloc)
+        for member in direct:
+            self.show(member)
+
+    def _sort_pool(self, pool: Pool, groups: dict[Hashable, Group]) -> list[Member]:
+        """Sort ``pool``'s units into groups; the busy slices with room, to add now."""
+        view, usage, by_name = self.view, self.usage, self.by_name
+        held, shared, cpus, least = usage.held, usage.shared, usage.cpus, self._least_cpus
+        ready = NodeState.READY
+        alike = ("pool", self.kind(pool))
+        fresh: list[Entry] = []
+        partial: dict[int, list[Entry]] = {}
+        direct: list[Member] = []
+        sample: Node | None = None
+        single = pool.hosts_per_unit == 1
+        for unit in view.ready_units(pool.name):
+            names = unit.nodes or view.unit_nodes(unit)
+            if single:
+                name = names[0]
+                node = by_name.get(name)
+                if node is None:
+                    continue
+                busy = held.get(name)
+                if busy is None:
+                    fresh.append((unit.name, names, 0.0, False))
+                    sample = sample or node
+                    continue
+                devices = len(node.devices)
+                if node.state is ready and (
+                    busy < devices
+                    or name in shared
+                    or (least is not None and node.cpus - cpus.get(name, 0.0) + 1e-9 >= least)
+                ):
+                    entry = (unit.name, names, 0.0, False)
+                    partial.setdefault(max(0, devices - busy), []).append(entry)
+                continue
+            if not any(name in held for name in names):
+                fresh.append((unit.name, names, 0.0, False))
+                sample = sample or by_name.get(names[0])
+            elif any(n in by_name and self._room(by_name[n]) for n in names):
+                member = self._resolve(READY, pool, (unit.name, names, 0.0, False))
+                if member is not None:  # a busy slice with room: its hosts go in now
+                    direct.append(member)
+        if fresh and sample is not None:
+            self._group(groups, alike, READY, pool, sample, fresh)
+        for free, entries in partial.items():
+            node = by_name[entries[0][1][0]]
+            self._group(groups, alike, READY, pool, node, entries, free)
+        # (their nodes are the pool's template's, named when they go in)
+        coming = [(u.name, (), view.eta(u), False) for u in view.provisioning_units(pool.name)]
+        coming += [(name, (), pool.provisioning_time, True) for name in view.planned(pool.name)]
+        if coming:
+            coming.sort(key=lambda e: (e[2], e[0]))
+            template = pool.unit_nodes(pool.unit_name(0))[0]
+            self._group(groups, ("coming", alike), COMING, pool, template, coming)
+        return direct
+
+    def _group(
+        self,
+        groups: dict[Hashable, Group],
+        alike: Hashable,
+        kind: int,
+        pool: Pool | None,
+        sample: Node,
+        entries: list[Entry],
+        free: int | None = None,
+    ) -> None:
+        key = (alike, kind, free, pool.name if pool else None)
+        group = groups.get(key)
+        if group is None:
+            if free is not None:
+                estimate: tuple[int, ...] = (free,)
+            elif pool is not None:
+                estimate = tuple(free_devices(n) for n in pool.template)
+            else:
+                estimate = (free_devices(sample),)
+            named = ("pool", pool.name, kind) if pool is not None else alike
+            group = groups[key] = Group(alike, named, kind, pool, sample, estimate, free)
+        group.entries += entries
+        for free_here in group.estimate:
+            self.count(kind, free_here, len(entries))
+
+    def _room(self, node: Node) -> bool:
+        """Whether a busy node could still take some pending job: a device not wholly
+        held (or shared), or CPUs left when CPU-only jobs are pending."""
+        usage, name = self.usage, node.name
+        if name in usage.shared or usage.held.get(name, 0) < len(node.devices):
+            return True
+        least = self._least_cpus
+        return least is not None and node.cpus - usage.cpus.get(name, 0.0) + 1e-9 >= least
+
+    def _free_on(self, node: Node) -> int:
+        return max(0, free_devices(node) - self.usage.held.get(node.name, 0))
+
+    def kind(self, pool: Pool) -> int:
+        """A number per kind of pool (``pool_kind``), for cheap cache keys."""
+        found = self.kinds.get(pool.name)
+        if found is None:
+            ids = self._kind_ids
+            found = self.kinds[pool.name] = ids.setdefault(pool_kind(pool), len(ids))
+        return found
+
+    # --- adding to the snapshot -----------------------------------------------------------
+
+    def _resolve(self, kind: int, pool: Pool | None, entry: Entry) -> Member | None:
+        """The member of ``entry``: its registered nodes that are ready (the pool's
+        template for nodes of a coming unit not registered yet)."""
+        unit, names, eta, planned = entry
+        by_name, ready = self.by_name, NodeState.READY
+        if kind == COMING:
+            assert pool is not None
+            found = [by_name.get(n.name, n) for n in pool.unit_nodes(unit)]
+        else:
+            found = [by_name[name] for name in names if name in by_name]
+        nodes = tuple(n for n in found if n.state is ready)
+        if not nodes:
+            return None
+        return Member(nodes, kind, pool, unit, eta, planned)
+
+    def add(self, group: Group) -> bool:
+        """Add ``group``'s next member to the snapshot; whether it had any ready node."""
+        entry = group.entries[group.added]
+        group.added += 1
+        for free in group.estimate:
+            self.count(group.kind, free, -1)  # counted as it is, from now on
+        member = self._resolve(group.kind, group.pool, entry)
+        if member is None:
+            return False
+        member.group = group
+        self.show(member)
+        group.spare += 1
+        return True
+
+    def show(self, member: Member) -> None:
+        """Put ``member``'s nodes in the snapshot with what they hold, and count them."""
+        on, snapshot = self.on, self.snapshot
+        for node in member.nodes:
+            view = snapshot.add(self.scrub(node))
+            for alloc in on.get(node.name, ()):
+                snapshot.assume(Allocation(alloc.job_id, alloc.attempt, alloc.by_node[node.name]))
+            self.member_of[node.name] = member
+            self.place(node.name, member.kind, free_now(view))
+
+    def place(self, name: str, kind: int, free: int) -> None:
+        """Count visible node ``name`` (of ``kind``, ``free`` whole devices)."""
+        self.slot[name] = (kind, free)
+        self.count(kind, free, +1)
+        if kind != READY:
+            self.not_ready[name] = 0
+
+    def count(self, kind: int, free: int, sign: int) -> None:
+        self.hist[1][free] += sign
+        if kind == READY:
+            self.hist[0][free] += sign
+
+    def scrub(self, node: Node) -> Node:
+        """``node`` without its pool and unit labels, unless a pending job selects by
+        them: the nodes of alike pools then look alike to the evaluator, which shares
+        their verdicts (filters and scores read labels only through selectors)."""
+        dropped = self.dropped
+        if not dropped or not any(key in dropped for key, _ in node.labels):
+            return node
+        return replace(node, labels=tuple(kv for kv in node.labels if kv[0] not in dropped))
+
+    def assume(self, alloc: Allocation) -> list[Member]:
+        """Take ``alloc`` in the snapshot; the members it lands on."""
+        self.snapshot.assume(alloc)
+        used: dict[int, Member] = {}
+        for name in alloc.nodes:
+            kind, free = self.slot[name]
+            now_free = free_now(self.snapshot.nodes[name])
+            self.count(kind, free, -1)
+            self.count(kind, now_free, +1)
+            self.slot[name] = (kind, now_free)
+            member = self.member_of.get(name)
+            if member is None:
+                continue
+            used[id(member)] = member
+            if member.untouched:
+                member.untouched = False
+                if member.group is not None:
+                    member.group.spare -= 1
+        return list(used.values())
+
+    # --- what a job could use ---------------------------------------------------------
+
+    def may_fit(self, nodes: int, request: NodeRequest, upto: int, roles: bool) -> bool:
+        """False when too few nodes (ready ones, or ready and coming: ``upto``) have the
+        free whole GPUs ``request`` asks for on each of ``nodes`` (a necessary condition)."""
+        if roles or request.gpus.kind is not GpuKind.WHOLE:
+            return True
+        need = request.gpus.count
+        hist = self.hist[0 if upto == READY else 1]
+        return sum(n for free, n in hist.items() if free >= need) >= nodes
+
+    def ensure(
+        self, request: NodeRequest, roles: bool, upto: int, need: int, everything: bool
+    ) -> bool:
+        """Add members of the groups that could host ``request``, in order, until they
+        offer ``need`` nodes untouched by this walk (``everything``: that many from each
+        group); whether any were added."""
+        groups = self.compatible(request, roles, upto)
+        added, have, spent = False, 0, 0
+        for group in groups:
+            if everything:
+                have = 0
+            have += group.spare * group.hosts
+            while have < need and group.added < len(group.entries):
+                if self.add(group):
+                    added = True
+                    have += group.hosts
+            if not group.spare and group.added >= len(group.entries):
+                spent += 1
+            elif have >= need and not everything:
+                break
+        if spent * 2 > len(groups):  # spent groups leave the cached list for good
+            groups[:] = [g for g in groups if g.spare or g.added < len(g.entries)]
+        return added
+
+    def compatible(self, request: NodeRequest, roles: bool, upto: int) -> list[Group]:
+        """The groups (of kinds up to ``upto``) whose empty member passes the request's
+        selector and capacity (any, for a job with roles), and whose free devices suffice
+        (partial groups)."""
+        key = (request, roles, upto)
+        found = self._compatible.get(key)
+        if found is None:
+            whole = request.gpus.count if request.gpus.kind is GpuKind.WHOLE else 1
+            found = self._compatible[key] = [
+                g
+                for g in self.groups
+                if g.kind <= upto
+                and (g.free is None or g.free >= whole or request.gpus.kind is GpuKind.NONE)
+                and (roles or self.could_host(request, g.alike, g.named, g.sample))
+            ]
+        return found
+
+    def could_host(
+        self, request: NodeRequest, alike: Hashable, named: Hashable, node: Node
+    ) -> bool:
+        """Whether an empty ``node`` passes the request's selector and capacity (the same
+        for every node ``alike``)."""
+        key = (request, named if names_pools(request) else alike)
+        found = self._hosts.get(key)
+        if found is None:
+            view = NodeView(node)
+            found = SELECTOR.filter(request, view) is None and not fits_capacity(request, view)
+            self._hosts[key] = found
+        return found
+
+    def ready_only(self, alloc: Allocation) -> bool:
+        slot = self.slot
+        return all(slot[name][0] == READY for name in alloc.nodes)
+
+
+def _order(group: Group) -> tuple:
+    """Partial groups first, tightest first (as packing would choose), then fresh, then
+    coming ones."""
+    if group.free is not None:
+        return (0, group.free, repr(group.alike))
+    return (1 + group.kind, 0, repr(group.named))
