@@ -38,6 +38,19 @@ def wait_for(predicate: Callable[[], T], timeout: float = 30.0, what: str = "con
         time.sleep(0.1)
 
 
+def run_corral(
+    args: list[str], env: dict[str, str], timeout: float = 120
+) -> subprocess.CompletedProcess:
+    """``corral ARGS`` in a child process with ``env``; its output as text."""
+    return subprocess.run(
+        [sys.executable, "-m", "corral", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

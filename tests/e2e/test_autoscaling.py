@@ -7,16 +7,14 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from corral.client import Client
-from tests.e2e.cluster import free_port
+from tests.e2e.cluster import free_port, pid_alive, run_corral, wait_for
 
 CLUSTER = (
     "pools:\n"
@@ -29,28 +27,6 @@ CLUSTER = (
 CONFIG = "policy: {interval: 1s}\nautoscaling: {scale_down_idle: 2s}\n"
 
 
-def corral(
-    args: list[str], env: dict[str, str], timeout: float = 90
-) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "corral", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
-def until(check: Callable[[], object], timeout: float, what: str) -> object:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[tuple[Client, dict[str, str], Path]]:
     home = tmp_path / "home"
@@ -59,7 +35,7 @@ def cluster(tmp_path: Path) -> Iterator[tuple[Client, dict[str, str], Path]]:
     env = {**os.environ, "CORRAL_HOME": str(home), "COLUMNS": "200"}
     env.pop("CORRAL_SERVER", None)
     env.pop("CORRAL_TOKEN", None)
-    up = corral(
+    up = run_corral(
         [
             "up",
             "--cluster",
@@ -78,21 +54,12 @@ def cluster(tmp_path: Path) -> Iterator[tuple[Client, dict[str, str], Path]]:
         client = Client((home / "server").read_text().strip(), (home / "token").read_text().strip())
         yield client, env, home
     finally:
-        down = corral(["down"], env)
+        down = run_corral(["down"], env)
         assert down.returncode == 0, down.stderr
         pids = json.loads((home / "pools" / "local-agents.json").read_text() or "{}")
         for entry in pids.values():
             for pid in entry["pids"].values():
-                assert not _alive(pid), f"pool agent {pid} survived corral down"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    stat = Path(f"/proc/{pid}/stat")
-    return stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
+                assert not pid_alive(pid), f"pool agent {pid} survived corral down"
 
 
 def _pool(client: Client) -> object:
@@ -112,13 +79,13 @@ def test_a_gang_on_an_empty_pool_provisions_two_agents_runs_and_the_pool_returns
             "resources": {"gpus": 2},
         }
     )
-    waiting = until(
+    waiting = wait_for(
         lambda: (j := client.get(job.id)).reason and "pool burst" in j.reason and j,
         30,
         "the job to wait on the pool",
     )
     assert "provision 2 nodes" in waiting.reason, waiting.reason
-    pools = json.loads(corral(["pools", "-o", "json"], env).stdout)["pools"]
+    pools = json.loads(run_corral(["pools", "-o", "json"], env).stdout)["pools"]
     assert pools[0]["desired"] == 2 and pools[0]["max"] == 3
     done = client.wait([job.id], timeout=120)[0]
     assert done.state == "succeeded", done
@@ -128,11 +95,11 @@ def test_a_gang_on_an_empty_pool_provisions_two_agents_runs_and_the_pool_returns
     ]
     assert {t.node for t in done.tasks} == {"burst-0", "burst-1"}  # two nodes, all or nothing
     # idle for scale_down_idle (2s): drained, deleted, agents stopped; the pool is back at 0
-    until(lambda: _pool(client).desired == 0 and not _pool(client).units, 60, "scale-down")
-    until(lambda: client.nodes() == [], 30, "the pool's nodes to leave")
-    table = corral(["pools"], env)
+    wait_for(lambda: _pool(client).desired == 0 and not _pool(client).units, 60, "scale-down")
+    wait_for(lambda: client.nodes() == [], 30, "the pool's nodes to leave")
+    table = run_corral(["pools"], env)
     assert table.returncode == 0 and "burst" in table.stdout, table.stderr
-    events = corral(["events", "-o", "json"], env)
+    events = run_corral(["events", "-o", "json"], env)
     kinds = [
         (e["entity"], e["to_state"])
         for e in json.loads(events.stdout)["events"]
@@ -164,13 +131,13 @@ def test_a_spot_notice_preempts_within_the_deadline_requeues_and_the_node_leaves
             "preemptible": True,
         }
     )
-    until(lambda: client.get(job.id).state == "running", 60, "the job to start on the pool")
+    wait_for(lambda: client.get(job.id).state == "running", 60, "the job to start on the pool")
     node = client.get(job.id).tasks[0].node
     assert node == "burst-0"
     began = time.monotonic()
-    notice = corral(["node", "notice", node, "--deadline", "20s"], env)
+    notice = run_corral(["node", "notice", node, "--deadline", "20s"], env)
     assert notice.returncode == 0 and "burst-0" in notice.stdout, notice.stderr
-    shown = json.loads(corral(["nodes", "-o", "json"], env).stdout)["nodes"]
+    shown = json.loads(run_corral(["nodes", "-o", "json"], env).stdout)["nodes"]
     assert [n["state"] for n in shown if n["name"] == node] == ["draining"]
     done = client.wait([job.id], timeout=120)[0]
     assert done.state == "succeeded" and done.attempt >= 1, done
@@ -180,7 +147,7 @@ def test_a_spot_notice_preempts_within_the_deadline_requeues_and_the_node_leaves
     assert time.monotonic() - began < 60
     second = client.logs(job.id, task=0)
     assert "running attempt 1 on burst-1" in second  # burst-0 was leaving: a new unit
-    until(lambda: node not in {n.name for n in client.nodes()}, 60, "the noticed node to leave")
+    wait_for(lambda: node not in {n.name for n in client.nodes()}, 60, "the noticed node to leave")
 
 
 @pytest.mark.parametrize(
@@ -215,6 +182,6 @@ def test_bad_pools_and_policies_stop_the_commands_with_the_field_named(
     for name, text in files.items():
         (tmp_path / name).write_text(text)
     env = {**os.environ, "CORRAL_HOME": str(tmp_path / "home"), "COLUMNS": "200"}
-    done = corral([a.replace("{dir}", str(tmp_path)) for a in args], env, timeout=60)
+    done = run_corral([a.replace("{dir}", str(tmp_path)) for a in args], env, timeout=60)
     assert done.returncode == 1 and message in done.stderr, done.stderr
     assert "Traceback" not in done.stderr

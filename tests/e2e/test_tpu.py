@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 from corral.client import Client
-from tests.e2e.cluster import free_port
+from tests.e2e.cluster import free_port, run_corral
 
 CLUSTER = (
     "nodes:\n"
@@ -27,25 +26,13 @@ PRINT_TPU = (
 )
 
 
-def corral(
-    args: list[str], env: dict[str, str], timeout: float = 90
-) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "corral", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
 def test_a_tpu_slice_runs_one_task_per_host_with_its_tpu_variables(tmp_path: Path) -> None:
     home = tmp_path / "home"
     (tmp_path / "cluster.yaml").write_text(CLUSTER)
     env = {**os.environ, "CORRAL_HOME": str(home), "COLUMNS": "200"}
     env.pop("CORRAL_SERVER", None)
     env.pop("CORRAL_TOKEN", None)
-    up = corral(
+    up = run_corral(
         ["up", "--cluster", str(tmp_path / "cluster.yaml"), "--detach", "--port", str(free_port())],
         env,
     )
@@ -59,7 +46,9 @@ def test_a_tpu_slice_runs_one_task_per_host_with_its_tpu_variables(tmp_path: Pat
         assert hosts[1].labels["tpu.corral/host"] == "1,0,0"  # the agents report them
 
         # 2x4x1 chips only fits the 4x2x2 pod turned: 4x2x1, two hosts along x
-        sub = corral(["submit", "--tpu", "v5p:2x4x1", "--", sys.executable, "-c", PRINT_TPU], env)
+        sub = run_corral(
+            ["submit", "--tpu", "v5p:2x4x1", "--", sys.executable, "-c", PRINT_TPU], env
+        )
         assert sub.returncode == 0, sub.stderr
         job_id = int(sub.stdout.strip())
         gpu = client.submit({"command": "true", "resources": {"gpus": 2}})
@@ -83,9 +72,9 @@ def test_a_tpu_slice_runs_one_task_per_host_with_its_tpu_variables(tmp_path: Pat
                 "CUDA_VISIBLE_DEVICES": "",
             }
         assert [t.node for t in client.get(gpu.id).tasks] == ["gpu-0"]
-        table = corral(["nodes"], env).stdout
+        table = run_corral(["nodes"], env).stdout
         assert "0/4 TPU" in table and "v5p" in table
-        assert "v5p:2x4x1" in corral(["jobs", "--all"], env).stdout
+        assert "v5p:2x4x1" in run_corral(["jobs", "--all"], env).stdout
     finally:
-        down = corral(["down"], env)
+        down = run_corral(["down"], env)
     assert down.returncode == 0, down.stderr

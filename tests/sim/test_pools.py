@@ -4,10 +4,7 @@
 from __future__ import annotations
 
 import json
-import os
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +17,7 @@ from corral.sim.jobs_file import load_jobs
 from corral.sim.metrics import compute_metrics, pools_json
 from corral.sim.pools import NOTICE
 from corral.sim.result import Outcome, SimResult
+from tests.sim.test_cli_sim import corral
 
 H = 3600.0
 POOL = (
@@ -305,17 +303,6 @@ def test_the_report_plots_paid_gpus_and_lists_the_pools(tmp_path: Path) -> None:
     assert html.count("data:image/png;base64,") == 3
     assert "<h2>Pools</h2>" in html and "<td>quick</td><td>p</td>" in html
     assert "Provisioning wait total" in html
-
-
-def corral(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "corral", "sim", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "COLUMNS": "220"},
-        timeout=120,
-    )
 
 
 def test_corral_sim_compares_scale_down_settings(tmp_path: Path) -> None:

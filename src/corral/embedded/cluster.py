@@ -223,18 +223,8 @@ class EmbeddedCluster:
         try:
             self._wait_healthy(timeout)
             for launch in self.launches:
-                cmd = [
-                    sys.executable,
-                    "-m",
-                    "corral",
-                    "agent",
-                    "--server",
-                    self.url,
-                    "--name",
-                    launch.name,
-                    "--checkpoint-root",  # jobs run as the starting account: it reaches this
-                    str(self.home / "checkpoints"),
-                ]
+                # jobs run as the starting account: it reaches the checkpoint root
+                cmd = agent_command(self.url, launch.name, self.home / "checkpoints")
                 if launch.simulate:
                     cmd += ["--simulate", launch.simulate]
                 if launch.node_file:
@@ -253,18 +243,7 @@ class EmbeddedCluster:
         return state
 
     def _spawn(self, cmd: list[str], log_name: str, env: dict[str, str]) -> subprocess.Popen:
-        log_file = open(self.home / "logs" / log_name, "ab")  # noqa: SIM115 (child keeps it)
-        try:
-            return subprocess.Popen(
-                cmd,
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=env,
-                start_new_session=True,
-            )
-        finally:
-            log_file.close()
+        return spawn(cmd, self.home / "logs" / log_name, env)
 
     def _wait_healthy(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -316,6 +295,28 @@ class EmbeddedCluster:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=1)
         (self.home / STATE_FILE).unlink(missing_ok=True)
+
+
+def agent_command(server: str, name: str, checkpoint_root: Path | None) -> list[str]:
+    """``corral agent`` for node ``name`` of the server at ``server``."""
+    cmd = [sys.executable, "-m", "corral", "agent", "--server", server, "--name", name]
+    if checkpoint_root is not None:
+        cmd += ["--checkpoint-root", str(checkpoint_root)]
+    return cmd
+
+
+def spawn(cmd: list[str], log_path: Path, env: dict[str, str]) -> subprocess.Popen:
+    """Start a daemon of ``corral up`` (or of the local provider) in a session of its own,
+    its output appended to ``log_path``."""
+    with open(log_path, "ab") as log_file:
+        return subprocess.Popen(
+            cmd,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+        )
 
 
 def stop_processes(agents: list[int], servers: list[int], timeout: float = 30.0) -> None:

@@ -14,7 +14,6 @@ import logging
 import os
 import signal
 import subprocess
-import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -50,7 +49,7 @@ class LocalProvider(Provider):
                 self._units[unit] = _Agents(**entry)
 
     def create(self, pool: Pool, unit: str, nodes: tuple[Node, ...]) -> None:
-        from corral.embedded.cluster import node_file_of
+        from corral.embedded.cluster import agent_command, node_file_of, spawn
 
         if unit in self._units and not self._units[unit].deleting:
             return
@@ -61,33 +60,14 @@ class LocalProvider(Provider):
         if self.context.join_token:
             env["CORRAL_JOIN_TOKEN"] = self.context.join_token
         pids: dict[str, int] = {}
+        server = self.context.server_url
         try:
             for node in nodes:
                 path = self.dir / "nodes" / f"{node.name}.json"
                 path.write_text(json.dumps(node_file_of(node)))
-                cmd = [
-                    sys.executable,
-                    "-m",
-                    "corral",
-                    "agent",
-                    "--server",
-                    self.context.server_url,
-                    "--name",
-                    node.name,
-                    "--node-file",
-                    str(path),
-                ]
-                if self.context.checkpoint_root is not None:
-                    cmd += ["--checkpoint-root", str(self.context.checkpoint_root)]
-                with open(self.dir / "logs" / f"agent-{node.name}.log", "ab") as out:
-                    child = subprocess.Popen(
-                        cmd,
-                        stdout=out,
-                        stderr=subprocess.STDOUT,
-                        stdin=subprocess.DEVNULL,
-                        env=env,
-                        start_new_session=True,
-                    )
+                cmd = agent_command(server, node.name, self.context.checkpoint_root)
+                cmd += ["--node-file", str(path)]
+                child = spawn(cmd, self.dir / "logs" / f"agent-{node.name}.log", env)
                 self._children[child.pid] = child
                 pids[node.name] = child.pid
         except OSError as exc:
