@@ -226,6 +226,16 @@ def _json(data: bytes, what: str) -> dict[str, Any]:
     return value
 
 
+def read_document(handle: BinaryIO, name: str) -> bytes:
+    """All of ``handle`` (closed after), at most ``MAX_DOCUMENT`` bytes: a JSON document
+    of an image (index, manifest, config), never a layer."""
+    with handle:
+        data = handle.read(MAX_DOCUMENT + 1)
+    if len(data) > MAX_DOCUMENT:
+        raise ImageSourceError(f"{name} is larger than {MAX_DOCUMENT} bytes")
+    return data
+
+
 def _sha256(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
@@ -257,11 +267,7 @@ class _Archive:
         return handle  # type: ignore[return-value]
 
     def read(self, name: str) -> bytes:
-        with self.open(name) as handle:
-            data = handle.read(MAX_DOCUMENT + 1)
-        if len(data) > MAX_DOCUMENT:
-            raise ImageSourceError(f"{name} is larger than {MAX_DOCUMENT} bytes")
-        return data
+        return read_document(self.open(name), name)
 
 
 # -- files opened on behalf of an account ----------------------------------------------
@@ -306,11 +312,7 @@ class Folder:
             fds.close_extra(0)
 
     def read(self, name: str) -> bytes:
-        with self.open(name) as handle:
-            data = handle.read(MAX_DOCUMENT + 1)
-        if len(data) > MAX_DOCUMENT:
-            raise ImageSourceError(f"{name} is larger than {MAX_DOCUMENT} bytes")
-        return data
+        return read_document(self.open(name), name)
 
     def close(self) -> None:
         self.fds.close_extra(0)

@@ -18,7 +18,7 @@ from typing import Any
 
 from corral.core.resources import parse_gpus
 from corral.errors import ValidationError
-from corral.kinds.batch import MAX_VALUE, exported, parse_signal
+from corral.kinds.batch import MAX_VALUE, exported, parse_signal, tasks_per_node
 
 MAX_ENV = 1024  # the manifest's limit on variables
 # never exported from the submitter: Corral's own (its API token), Slurm's (the job's are
@@ -296,16 +296,10 @@ def _tasks(nodes: int | None, ntasks: int | None, per_node: int | None) -> tuple
         return count, per_node, per_node * count
     if nodes is None and per_node:
         count = -(-ntasks // per_node)
-    if ntasks % count:
-        raise ValidationError(
-            f"sbatch: -n {ntasks} over -N {count}: Corral runs the same number of tasks on "
-            f"each node; give -n a multiple of {count}"
-        )
-    if per_node is not None and per_node != ntasks // count:
-        raise ValidationError(
-            f"sbatch: -n {ntasks}, -N {count} and --ntasks-per-node {per_node} disagree"
-        )
-    return count, ntasks // count, ntasks
+    try:
+        return count, tasks_per_node(ntasks, count, per_node, f"-N {count}"), ntasks
+    except ValueError as exc:
+        raise ValidationError(f"sbatch: {exc}") from None
 
 
 def _gpus(o: Mapping[str, Any], nodes: int, per_node: int) -> str | int | None:

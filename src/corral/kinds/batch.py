@@ -217,3 +217,21 @@ def exported(
         elif name in environ:
             out[name] = environ[name]
     return out, sorted(too_long)
+
+
+def tasks_per_node(ntasks: int, nodes: int, per_node: int | None, over: str) -> int:
+    """Tasks on each of ``nodes`` nodes for ``-n ntasks`` (Corral runs as many on each
+    node; Slurm may run uneven counts), checked against ``--ntasks-per-node``; ``over``
+    names the nodes in messages (``-N 2``, ``2 nodes``). ``ValueError`` saying what to
+    give instead (sbatch and srun alike)."""
+    if ntasks % nodes:
+        raise ValueError(
+            f"-n {ntasks} over {over}: Corral runs the same number of tasks on each node; "
+            f"give -n a multiple of {nodes}"
+        )
+    if per_node is not None and per_node != ntasks // nodes:
+        raise ValueError(
+            f"-n {ntasks}, -N {nodes} and --ntasks-per-node {per_node} disagree "
+            f"({ntasks // nodes} tasks per node)"
+        )
+    return ntasks // nodes

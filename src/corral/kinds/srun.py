@@ -19,7 +19,7 @@ import sys
 
 from corral.core.hostlist import compress, expand
 from corral.errors import CorralError
-from corral.kinds.batch import exported
+from corral.kinds.batch import exported, tasks_per_node
 
 # Variables of the caller that are its own node's or task's: never passed to a step's
 # tasks (each has its node's own, or the step sets them).
@@ -143,17 +143,10 @@ def layout(args: argparse.Namespace, env: dict[str, str]) -> tuple[list[str], in
             f"job ({compress(nodes, sort=False)})"
         )
     if ntasks is not None:
-        if ntasks % count:
-            raise SrunError(
-                f"-n {ntasks} over {count} nodes: Corral starts the same number of tasks on "
-                f"each node of a step; give -n a multiple of {count} (or -N)"
-            )
-        if per_node is not None and per_node != ntasks // count:
-            raise SrunError(
-                f"-n {ntasks}, -N {count} and --ntasks-per-node {per_node} disagree "
-                f"({ntasks // count} tasks per node)"
-            )
-        per_node = ntasks // count
+        try:
+            per_node = tasks_per_node(ntasks, count, per_node, f"{count} nodes")
+        except ValueError as exc:
+            raise SrunError(f"{exc} (or -N)" if ntasks % count else str(exc)) from None
     per_node = per_node or job_per_node
     if per_node > job_per_node and not getattr(args, "overcommit", False):
         raise SrunError(

@@ -70,7 +70,7 @@ def test_layout(argv: list[str], nodes: list[str], per_node: int) -> None:
     [
         (["-N", "3"], "-N 3: the step may use 2 nodes of this job (node-[01-02])"),
         (["-x", "node-01", "-N", "2"], "-N 2: the step may use 1 node of this job (node-02)"),
-        (["-n", "3", "-N", "2"], "-n 3 over 2 nodes: Corral starts the same number of tasks"),
+        (["-n", "3", "-N", "2"], "-n 3 over 2 nodes: Corral runs the same number of tasks"),
         (["-n", "5"], "give -n a multiple of 2 (or -N)"),
         (["-N", "2", "-n", "8", "--ntasks-per-node=2"], "disagree (4 tasks per node)"),
         (["-w", "node-09"], "-w node-09: node-09 not in this job's nodes (node-[01-02])"),
