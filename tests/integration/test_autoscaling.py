@@ -240,3 +240,49 @@ def test_a_providers_spot_notice_drains_the_unit(ctx: Context) -> None:
     with ctx.sessions() as session:
         node = session.get(NodeRow, "gpu-0")
         assert node is not None and node.state == "draining" and node.leave_at == leave
+
+
+def test_a_mostly_free_unit_is_consolidated_its_job_preempted_to_move(ctx: Context) -> None:
+    autoscaling, cloud = scaler(ctx)
+    pool = autoscaling.by_name["gpu"]
+    now = ctx.clock.now
+    cloud.units_ = {u: ProviderUnit(u, UnitState.RUNNING) for u in ("gpu-0", "gpu-1")}
+    with ctx.sessions.begin() as session:
+        for unit in ("gpu-0", "gpu-1"):
+            names = [n.name for n in pool.unit_nodes(unit)]
+            session.add(
+                PoolUnitRow(
+                    name=unit, pool="gpu", phase="ready", since=now, requested_at=now, nodes=names
+                )
+            )
+    for unit in ("gpu-0", "gpu-1"):
+        register(ctx, pool.unit_nodes(unit))
+    small, big = (
+        JobService(ctx)
+        .submit(
+            parse_manifest(
+                {
+                    "command": "true",
+                    "resources": {"gpus": gpus},
+                    "node_selector": {"corral.pool/unit": unit},
+                }
+            ),
+            user="alice",
+        )[0]
+        .id
+        for gpus, unit in ((1, "gpu-0"), (6, "gpu-1"))
+    )
+    run_cycle(ctx)
+    with ctx.sessions.begin() as session:  # both run; the small one checkpointed just now
+        for job_id in (small, big):
+            row = session.get(JobRow, job_id)
+            assert row is not None and row.state in ("starting", "running")
+            row.state, row.last_checkpoint_at = "running", ctx.clock.now + 600
+    ctx.clock.now += 601  # the units have been ready for scale_down_idle
+    plan = autoscaling.run(None, [])
+    assert [job for job, _ in plan.preemptions] == [small]
+    assert unit_phases(ctx) == {"gpu-0": "draining", "gpu-1": "ready"}
+    moved = job_row(ctx, small)
+    assert moved.state == "preempting" and "moved off gpu-0" in (moved.reason or "")
+    assert job_row(ctx, big).state == "running"
+    assert any(e.startswith("draining: gpu-0: consolidating") for e in pool_events(ctx))

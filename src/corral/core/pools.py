@@ -132,7 +132,9 @@ class AutoscalingConfig:
     (None: none). ``provisioning_timeout``: a unit not ready after this many times its
     pool's ``provisioning_time`` (at least ``min_timeout`` seconds) is given up.
     ``backoff``/``max_backoff``: seconds before a pool is tried again after a failure,
-    doubling per failure in a row. ``policies``: names with their arguments."""
+    doubling per failure in a row. ``policies``: names with their arguments.
+    ``consolidate``: move the jobs off units less than ``consolidate_below`` used when
+    they fit elsewhere and lose at most ``consolidate_max_loss`` seconds of work."""
 
     scale_down_idle: float = 600.0
     max_cost_per_hour: float | None = None
@@ -142,6 +144,10 @@ class AutoscalingConfig:
     backoff: float = 60.0
     max_backoff: float = 1800.0
     enabled: bool = True
+    # consolidating scale-down (``scheduling.scaling_consolidate``)
+    consolidate: bool = True
+    consolidate_below: float = 0.75  # of a unit's GPUs allocated
+    consolidate_max_loss: float = 600.0  # seconds of work a moved job may lose
 
     def timeout(self, pool: Pool) -> float:
         return max(self.min_timeout, self.provisioning_timeout * pool.provisioning_time)

@@ -17,7 +17,11 @@ the simulator call :func:`autoscale` once per pass and carry out its actions (se
 4. **scale down**: ready units idle for ``scale_down_idle`` (``Unit.idle_since``) whose
    nodes hold no allocation and that no policy keeps are drained, down to the pool's
    floor (its ``min`` and any floor a policy asked for); none of a pool growing this
-   pass. Idle units above a lowered ``max`` are drained at once.
+   pass. Idle units above a lowered ``max`` are drained at once;
+5. **consolidate** (``autoscaling.consolidate``, when nothing is pending): a unit less
+   than ``consolidate_below`` used whose jobs can move without losing work and fit
+   elsewhere is drained
+   and its jobs preempted (``scheduling.scaling_consolidate``).
 
 With ``enabled: false`` only steps 1 and 2 run. Each pool gets one ``Provision`` per pass,
 naming the lowest unit indices no unit record uses.
@@ -27,12 +31,15 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import replace
+from operator import attrgetter
 
 from corral.core.pools import PoolFailures, Unit, UnitPhase
 from corral.core.units import format_duration
 from corral.scheduling.config import SchedulerConfig
 from corral.scheduling.framework import Profile
 from corral.scheduling.scaling import AutoscaleInput, Delete, Drain, Provision, ScalePlan
+from corral.scheduling.scaling_consolidate import consolidate
 from corral.scheduling.scaling_policies import (
     Demand,
     PoolState,
@@ -41,6 +48,10 @@ from corral.scheduling.scaling_policies import (
     Wait,
 )
 from corral.scheduling.scaling_registry import build_policies
+
+_NAME = attrgetter("name")
+_IDLE_SINCE = attrgetter("idle_since")
+_LEAVING = frozenset({UnitPhase.DRAINING, UnitPhase.DELETING, UnitPhase.FAILED})
 
 
 def autoscale(
@@ -70,6 +81,7 @@ def autoscale(
         for policy in chosen:
             run.grant(policy.name, policy.demand(run.view))
         run.scale_down()
+        run.consolidate()
     return run.plan()
 
 
@@ -84,6 +96,7 @@ class _Pass:
         }
         self.view = ScalingView(inp, config, self.states, profile)
         self.deletes: list[Delete] = []
+        self.preemptions: list[tuple[int, str]] = []
         self.drains: list[Drain] = []
         self.reasons: dict[str, list[str]] = defaultdict(list)
         self.jobs: dict[str, list[int]] = defaultdict(list)
@@ -91,49 +104,55 @@ class _Pass:
         self.keep: set[str] = set()
         self.waits: dict[int, str] = {}
         self.refusals: dict[int, str] = {}
-        self.taken: set[str] | None = None  # every unit's name (when first needed)
+        self.taken: set[str] = set()  # unit names planned this pass
         self.cursor: dict[str, int] = defaultdict(int)
 
     def lifecycle(self) -> None:
         states, ready = self.states, UnitPhase.READY
         for unit in self.inp.units:
             state = states.get(unit.pool)
-            phase = unit.phase
             if state is not None:
                 state.units.append(unit)
-                if phase is ready:
+                if unit.phase is ready:  # most units: nothing to do but count them
                     state.counting.append(unit)
+                    state.ready.append(unit)
+                    if unit.idle_since is not None:
+                        state.idle.append(unit)
                     continue
-            if phase is UnitPhase.DELETING:
-                continue
-            if phase is UnitPhase.FAILED:
-                why = f" ({unit.reason})" if unit.reason else ""
-                self._delete(unit, f"provisioning failed{why}: cleaning up")
-            elif phase is UnitPhase.DRAINING:
-                if unit.deadline is not None and self.now >= unit.deadline:
-                    self._delete(unit, "past its spot notice's deadline")
-                elif not self.view.busy(unit):
-                    self._delete(unit, "drained: its nodes hold nothing")
-            elif state is None:
-                if phase is UnitPhase.PROVISIONING:
-                    self._delete(unit, f"pool {unit.pool} is no longer declared")
-                elif not self.view.busy(unit):
-                    self.drains.append(
-                        Drain(unit.pool, unit.name, f"pool {unit.pool} is no longer declared")
-                    )
-            elif (
-                phase is UnitPhase.PROVISIONING
-                and self.now - unit.requested_at > self.auto.timeout(state.pool)
-            ):
-                waited, limit = self.now - unit.requested_at, self.auto.timeout(state.pool)
+            self._settle(unit, state)
+
+    def _settle(self, unit: Unit, state: PoolState | None) -> None:
+        """A unit not ready (or of a pool no longer declared): delete, drain or count it."""
+        phase = unit.phase
+        if phase is UnitPhase.DELETING:
+            return
+        if phase is UnitPhase.FAILED:
+            why = f" ({unit.reason})" if unit.reason else ""
+            self._delete(unit, f"provisioning failed{why}: cleaning up")
+        elif phase is UnitPhase.DRAINING:
+            if unit.deadline is not None and self.now >= unit.deadline:
+                self._delete(unit, "past its spot notice's deadline")
+            elif not self.view.busy(unit):
+                self._delete(unit, "drained: its nodes hold nothing")
+        elif state is None:
+            if phase is UnitPhase.PROVISIONING:
+                self._delete(unit, f"pool {unit.pool} is no longer declared")
+            elif not self.view.busy(unit):
+                self.drains.append(
+                    Drain(unit.pool, unit.name, f"pool {unit.pool} is no longer declared")
+                )
+        else:  # provisioning (ready units of declared pools do not come here)
+            waited, limit = self.now - unit.requested_at, self.auto.timeout(state.pool)
+            if waited > limit:
                 reason = (
-                    f"provisioning timed out: not ready {format_duration(waited)} after it was "
-                    f"asked for (timeout {format_duration(limit)})"
+                    f"provisioning timed out: not ready {format_duration(waited)} after it "
+                    f"was asked for (timeout {format_duration(limit)})"
                 )
                 self._delete(unit, reason, failed=True)
                 state.failures = PoolFailures(state.failures.count + 1, self.now)
             else:
                 state.counting.append(unit)
+                state.provisioning.append(unit)
 
     def _delete(self, unit: Unit, reason: str, failed: bool = False) -> None:
         self.deletes.append(Delete(unit.pool, unit.name, reason, failed))
@@ -186,12 +205,10 @@ class _Pass:
         return max(0, allowed)
 
     def _plan(self, state: PoolState, units: int, reason: str, jobs: Sequence[int] = ()) -> None:
-        pool = state.pool
-        if self.taken is None:
-            self.taken = {u.name for u in self.inp.units}
+        pool, names, taken = state.pool, self.view.unit_names, self.taken
         for _ in range(units):
             i = self.cursor[pool.name]
-            while pool.unit_name(i) in self.taken:
+            while pool.unit_name(i) in names or pool.unit_name(i) in taken:
                 i += 1
             self.cursor[pool.name] = i + 1
             self.taken.add(pool.unit_name(i))
@@ -201,7 +218,8 @@ class _Pass:
 
     def scale_down(self) -> None:
         idle_for, now, keep = self.auto.scale_down_idle, self.now, self.keep
-        ready = UnitPhase.READY
+        held = self.view.usage.held.keys()
+        limit = format_duration(idle_for)
         for name, state in self.states.items():
             pool = state.pool
             if state.planned:
@@ -209,24 +227,21 @@ class _Pass:
             floor = max(pool.min, self.floors.get(name, 0))
             over = len(state.counting) - pool.max
             if over > 0:  # above a lowered max: any idle unit, the longest idle first
-                idle = [u for u in state.counting if u.phase is ready and u.name not in keep]
+                idle = [u for u in state.ready if u.name not in keep]
+                idle.sort(key=_NAME, reverse=True)  # the highest names first ...
+                idle.sort(key=lambda u: u.idle_since if u.idle_since is not None else now)
             elif len(state.counting) > floor:
                 idle = [
-                    u
-                    for u in state.counting
-                    if u.idle_since is not None
-                    and now - u.idle_since >= idle_for
-                    and u.phase is ready
-                    and u.name not in keep
+                    u for u in state.idle if now - u.idle_since >= idle_for and u.name not in keep
                 ]
+                idle.sort(key=_NAME, reverse=True)  # the highest names first ...
+                idle.sort(key=_IDLE_SINCE)  # ... of those idle as long
             else:
                 continue
-            idle.sort(key=lambda u: u.name, reverse=True)  # the highest names first ...
-            idle.sort(key=lambda u: u.idle_since if u.idle_since is not None else now)
             drained: set[str] = set()
             for unit in idle:
                 since = unit.idle_since
-                if self.view.busy(unit):
+                if not held.isdisjoint(unit.nodes or self.view.unit_nodes(unit)):
                     continue  # never a unit holding work (whatever its record says)
                 if over > 0:
                     reason = f"above the pool's max of {pool.max}"
@@ -235,15 +250,45 @@ class _Pass:
                 elif len(state.counting) - len(drained) <= floor:
                     break
                 else:
-                    reason = (
-                        f"idle for {format_duration(now - since)} "
-                        f"(scale_down_idle {format_duration(idle_for)})"
-                    )
+                    reason = f"idle for {format_duration(now - since)} (scale_down_idle {limit})"
                 self.drains.append(Drain(name, unit.name, reason))
                 drained.add(unit.name)
                 over -= 1
-            if drained:
+            if drained:  # (the last step: what ``desired`` counts; ready and idle stay)
                 state.counting = [u for u in state.counting if u.name not in drained]
+
+    def consolidate(self) -> None:
+        """Drain units whose few jobs fit elsewhere, moving the jobs
+        (``scaling_consolidate``); only when nothing is pending, never below a floor."""
+        if not self.auto.consolidate or self.inp.pending:
+            return
+        gone = {d.unit for d in (*self.drains, *self.deletes)}
+        candidates = []
+        for name, state in self.states.items():
+            floor = max(state.pool.min, self.floors.get(name, 0))
+            if state.planned or len(state.counting) <= floor:
+                continue
+            for unit in state.ready:
+                if unit.name not in self.keep and unit.name not in gone:
+                    nodes = unit.nodes or self.view.unit_nodes(unit)
+                    candidates.append((state.pool, replace(unit, nodes=tuple(nodes))))
+        if not candidates:
+            return
+        leaving = {
+            n
+            for unit in self.inp.units
+            if unit.name in gone or unit.phase in _LEAVING
+            for n in (unit.nodes or self.view.unit_nodes(unit))
+        }
+        nodes = {node.name: node for node in self.inp.nodes}
+        drains, self.preemptions = consolidate(
+            candidates, nodes, self.inp.allocations, leaving, self.auto, self.now
+        )
+        self.drains += drains
+        moved = {d.unit for d in drains}
+        for state in self.states.values():
+            if moved.intersection(u.name for u in state.counting):
+                state.counting = [u for u in state.counting if u.name not in moved]
 
     def plan(self) -> ScalePlan:
         provisions = [
@@ -260,4 +305,5 @@ class _Pass:
             actions=(*self.deletes, *self.drains, *provisions),
             waits={**self.waits, **self.refusals},
             desired={name: state.size for name, state in self.states.items()},
+            preemptions=tuple(self.preemptions),
         )

@@ -75,8 +75,11 @@ class AutoscaleInput:
 class ScalePlan:
     """``actions`` to carry out now; ``waits``: why each pending job that waits on a pool
     waits (``waiting for pool v5p-32 to provision 4 hosts (expected in 3m)``), to show
-    instead of the cycle's reason; ``desired``: the units each pool should have."""
+    instead of the cycle's reason; ``desired``: the units each pool should have;
+    ``preemptions``: running jobs to preempt (and requeue) so that a drained unit empties
+    (consolidation: they fit elsewhere)."""
 
     actions: tuple[Action, ...] = ()
     waits: Mapping[int, str] = field(default_factory=dict)
     desired: Mapping[str, int] = field(default_factory=dict)
+    preemptions: tuple[tuple[int, str], ...] = ()  # (job id, why): moved to empty a unit

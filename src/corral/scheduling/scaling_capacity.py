@@ -24,12 +24,12 @@ selects by them), so that the evaluator shares verdicts between alike nodes.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field, replace
 
 from corral.core.allocation import Allocation
 from corral.core.node import Node, NodeState
-from corral.core.pools import POOL_LABEL, UNIT_LABEL, Pool
+from corral.core.pools import POOL_LABEL, UNIT_LABEL, Pool, Unit
 from corral.core.resources import GpuKind
 from corral.core.tpu import POD_LABEL
 from corral.scheduling.feasibility import NodeShapes, node_shapes
@@ -43,7 +43,7 @@ POOL_LABELS = frozenset({POOL_LABEL, UNIT_LABEL, POD_LABEL})
 SELECTOR = NodeSelectorFilter()
 
 # (unit name, node names, seconds until ready, granted earlier this pass); a fixed node's
-# unit name is empty
+# unit name is empty. A ready unit stands for its own entry (its nodes, 0, False).
 Entry = tuple[str, tuple[str, ...], float, bool]
 
 
@@ -76,7 +76,7 @@ class Group:
     sample: Node
     estimate: tuple[int, ...]
     free: int | None = None
-    entries: list[Entry] = field(default_factory=list)
+    entries: list[Entry | Unit] = field(default_factory=list)
     added: int = 0
     spare: int = 0  # added members still untouched
 
@@ -155,7 +155,7 @@ class Capacity:
         self._hosts: dict[tuple[NodeRequest, Hashable], bool] = {}
         self._compatible: dict[tuple[NodeRequest, bool, int], list[Group]] = {}
         self.by_name: dict[str, Node] = {}
-        self.on: dict[str, list[Allocation]] = {}  # allocations on nodes with room
+        self.holding: set[str] = set()  # nodes whose allocations come into the snapshot
         self.fixed: NodeShapes = []
         self._sort(inp.nodes)
 
@@ -173,8 +173,13 @@ class Capacity:
         groups: dict[Hashable, Group] = {}
         direct: list[Member] = []
         ready = NodeState.READY
-        self.by_name = {node.name: node for node in nodes}
-        fixed_ready = [n for n in nodes if n.state is ready and POOL_LABEL not in n.label_map]
+        by_name: dict[str, Node] = {}
+        fixed_ready: list[Node] = []
+        for node in nodes:  # (one walk over the nodes: they are many)
+            by_name[node.name] = node
+            if node.state is ready and POOL_LABEL not in node.label_map:
+                fixed_ready.append(node)
+        self.by_name = by_name
         self.fixed = node_shapes(fixed_ready)
         for node in fixed_ready:
             entry: Entry = ("", (node.name,), 0.0, False)
@@ -185,18 +190,12 @@ class Capacity:
             elif self._room(node):
                 key = ("fixed", node_likeness(node))
                 self._group(groups, key, READY, None, node, [entry], self._free_on(node))
+                self.holding.add(node.name)
         for pool in view.pools:
             direct += self._sort_pool(pool, groups)
         self.groups = sorted(groups.values(), key=_order)
-        wanted = {n.name for m in direct for n in m.nodes}
-        wanted.update(e[1][0] for g in self.groups if g.free is not None for e in g.entries)
-        on = self.on
-        for alloc in view.inp.allocations:
-            for task in alloc.tasks:
-                if task.node in wanted:
-                    listed = on.setdefault(task.node, [])
-                    if not listed or listed[-1] is not alloc:
-                        listed.append(alloc)
+        for member in direct:
+            self.holding.update(n.name for n in member.nodes)
         for member in direct:
             self.show(member)
 
@@ -206,22 +205,21 @@ class Capacity:
         held, shared, cpus, least = usage.held, usage.shared, usage.cpus, self._least_cpus
         ready = NodeState.READY
         alike = ("pool", self.kind(pool))
-        fresh: list[Entry] = []
-        partial: dict[int, list[Entry]] = {}
+        fresh: list[Unit] = []
+        partial: dict[int, list[Unit]] = {}
         direct: list[Member] = []
         sample: Node | None = None
-        single = pool.hosts_per_unit == 1
-        for unit in view.ready_units(pool.name):
-            names = unit.nodes or view.unit_nodes(unit)
-            if single:
-                name = names[0]
-                node = by_name.get(name)
-                if node is None:
-                    continue
+        holding = self.holding
+        if pool.hosts_per_unit == 1:
+            for unit in view.ready_units(pool.name):
+                name = (unit.nodes or view.unit_nodes(unit))[0]
                 busy = held.get(name)
                 if busy is None:
-                    fresh.append((unit.name, names, 0.0, False))
-                    sample = sample or node
+                    if name in by_name:
+                        fresh.append(unit)
+                    continue
+                node = by_name.get(name)
+                if node is None:
                     continue
                 devices = len(node.devices)
                 if node.state is ready and (
@@ -229,20 +227,24 @@ class Capacity:
                     or name in shared
                     or (least is not None and node.cpus - cpus.get(name, 0.0) + 1e-9 >= least)
                 ):
-                    entry = (unit.name, names, 0.0, False)
-                    partial.setdefault(max(0, devices - busy), []).append(entry)
-                continue
-            if not any(name in held for name in names):
-                fresh.append((unit.name, names, 0.0, False))
-                sample = sample or by_name.get(names[0])
-            elif any(n in by_name and self._room(by_name[n]) for n in names):
-                member = self._resolve(READY, pool, (unit.name, names, 0.0, False))
-                if member is not None:  # a busy slice with room: its hosts go in now
-                    direct.append(member)
+                    partial.setdefault(max(0, devices - busy), []).append(unit)
+                    holding.add(name)
+            if fresh:
+                sample = by_name[(fresh[0].nodes or view.unit_nodes(fresh[0]))[0]]
+        else:
+            for unit in view.ready_units(pool.name):
+                names = unit.nodes or view.unit_nodes(unit)
+                if held.keys().isdisjoint(names):
+                    fresh.append(unit)
+                    sample = sample or by_name.get(names[0])
+                elif any(n in by_name and self._room(by_name[n]) for n in names):
+                    member = self._resolve(READY, pool, unit)
+                    if member is not None:  # a busy slice with room: its hosts go in now
+                        direct.append(member)
         if fresh and sample is not None:
             self._group(groups, alike, READY, pool, sample, fresh)
         for free, entries in partial.items():
-            node = by_name[entries[0][1][0]]
+            node = by_name[(entries[0].nodes or view.unit_nodes(entries[0]))[0]]
             self._group(groups, alike, READY, pool, node, entries, free)
         # (their nodes are the pool's template's, named when they go in)
         coming = [(u.name, (), view.eta(u), False) for u in view.provisioning_units(pool.name)]
@@ -260,7 +262,7 @@ class Capacity:
         kind: int,
         pool: Pool | None,
         sample: Node,
-        entries: list[Entry],
+        entries: Sequence[Entry | Unit],
         free: int | None = None,
     ) -> None:
         key = (alike, kind, free, pool.name if pool else None)
@@ -300,10 +302,13 @@ class Capacity:
 
     # --- adding to the snapshot -----------------------------------------------------------
 
-    def _resolve(self, kind: int, pool: Pool | None, entry: Entry) -> Member | None:
+    def _resolve(self, kind: int, pool: Pool | None, entry: Entry | Unit) -> Member | None:
         """The member of ``entry``: its registered nodes that are ready (the pool's
         template for nodes of a coming unit not registered yet)."""
-        unit, names, eta, planned = entry
+        if isinstance(entry, Unit):
+            unit, names, eta, planned = entry.name, self.view.unit_nodes(entry), 0.0, False
+        else:
+            unit, names, eta, planned = entry
         by_name, ready = self.by_name, NodeState.READY
         if kind == COMING:
             assert pool is not None
@@ -331,10 +336,10 @@ class Capacity:
 
     def show(self, member: Member) -> None:
         """Put ``member``'s nodes in the snapshot with what they hold, and count them."""
-        on, snapshot = self.on, self.snapshot
+        usage, holding, snapshot = self.usage, self.holding, self.snapshot
         for node in member.nodes:
             view = snapshot.add(self.scrub(node))
-            for alloc in on.get(node.name, ()):
+            for alloc in usage.on(node.name) if node.name in holding else ():
                 snapshot.assume(Allocation(alloc.job_id, alloc.attempt, alloc.by_node[node.name]))
             self.member_of[node.name] = member
             self.place(node.name, member.kind, free_now(view))

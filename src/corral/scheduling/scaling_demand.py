@@ -103,7 +103,7 @@ class _Walk:
         self.snapshot = self.capacity.snapshot
         self.evaluator = NodeEvaluator(self.profile)
         self.potential: dict[str, list[Member]] = defaultdict(list)  # hidden new units
-        self.taken: set[str] | None = None  # every unit's name (when first needed)
+        self.taken: set[str] = set()  # unit names tried by this walk
         self.cursor: dict[str, int] = defaultdict(int)
         self.added: Counter[str] = Counter()  # units granted by this walk, per pool
         self.new_jobs: dict[str, list[int]] = defaultdict(list)
@@ -366,12 +366,12 @@ class _Walk:
 
     def _new_name(self, pool: Pool) -> str:
         """The lowest free unit name of ``pool`` (not a unit's, not granted, not tried)."""
-        if self.taken is None:
-            self.taken = {u.name for u in self.view.inp.units}
-        taken = self.taken
+        names, taken = self.view.unit_names, self.taken
         planned = set(self.view.planned(pool.name))
         i = self.cursor[pool.name]
-        while pool.unit_name(i) in taken or pool.unit_name(i) in planned:
+        while (
+            pool.unit_name(i) in names or pool.unit_name(i) in taken or pool.unit_name(i) in planned
+        ):
             i += 1
         self.cursor[pool.name] = i + 1
         taken.add(pool.unit_name(i))

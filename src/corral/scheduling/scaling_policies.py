@@ -22,7 +22,7 @@ from functools import cached_property
 from typing import Protocol, runtime_checkable
 
 from corral.core.allocation import Allocation
-from corral.core.pools import AutoscalingConfig, Pool, PoolFailures, Unit, UnitPhase
+from corral.core.pools import AutoscalingConfig, Pool, PoolFailures, Unit
 from corral.core.resources import MILLI
 from corral.scheduling.config import SchedulerConfig
 from corral.scheduling.framework import Profile
@@ -64,11 +64,17 @@ class ScalingPolicy(Protocol):
 class PoolState:
     """One pool during a pass, kept up to date by the autoscaler: its ``units`` (every
     phase), the ``counting`` ones (provisioning or ready, less those given up this pass),
-    the unit names ``planned`` this pass, and its (effective) provisioning ``failures``."""
+    the unit names ``planned`` this pass, and its (effective) provisioning ``failures``.
+    ``ready``, ``provisioning`` and ``idle`` (ready with an ``idle_since``): those of the
+    counting units, in their order, as the policies see them (scale-down, the last step,
+    leaves them as they were)."""
 
     pool: Pool
     units: list[Unit] = field(default_factory=list)
     counting: list[Unit] = field(default_factory=list)
+    ready: list[Unit] = field(default_factory=list)
+    provisioning: list[Unit] = field(default_factory=list)
+    idle: list[Unit] = field(default_factory=list)
     planned: list[str] = field(default_factory=list)
     failures: PoolFailures = field(default_factory=PoolFailures)
 
@@ -80,16 +86,21 @@ class PoolState:
 @dataclass
 class NodeUsage:
     """What the allocations hold, per node: whole devices (``held``; every busy node has
-    an entry), nodes with shared devices or MIG instances (``shared``), and CPUs."""
+    an entry), nodes with shared devices or MIG instances (``shared``), CPUs, and the
+    allocations on each node (:meth:`on`)."""
 
     held: dict[str, int] = field(default_factory=dict)
     shared: set[str] = field(default_factory=set)
     cpus: dict[str, float] = field(default_factory=dict)
+    # each busy node's first allocation; the whole list where there are more
+    first: dict[str, Allocation] = field(default_factory=dict)
+    more: dict[str, list[Allocation]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, allocations: Sequence[Allocation]) -> NodeUsage:
         usage = cls()
         held, shared, cpus = usage.held, usage.shared, usage.cpus
+        first, more = usage.first, usage.more
         for alloc in allocations:
             for task in alloc.tasks:
                 name = task.node
@@ -100,7 +111,20 @@ class NodeUsage:
                     held[name] = held.get(name, 0) + len(task.gpus)
                 if task.cpus:
                     cpus[name] = cpus.get(name, 0.0) + task.cpus
+                found = first.setdefault(name, alloc)
+                if found is not alloc or (more and name in more):  # several on the node
+                    listed = more.setdefault(name, [found])
+                    if listed[-1] is not alloc:
+                        listed.append(alloc)
         return usage
+
+    def on(self, node: str) -> list[Allocation]:
+        """The allocations on ``node``, in their order."""
+        listed = self.more.get(node)
+        if listed is not None:
+            return listed
+        found = self.first.get(node)
+        return [found] if found is not None else []
 
 
 class ScalingView:
@@ -157,13 +181,11 @@ class ScalingView:
         return tuple(self._states[pool].units)
 
     def ready_units(self, pool: str) -> tuple[Unit, ...]:
-        ready = UnitPhase.READY
-        return tuple([u for u in self._states[pool].counting if u.phase is ready])
+        return tuple(self._states[pool].ready)
 
     def provisioning_units(self, pool: str) -> tuple[Unit, ...]:
         """Units in flight (not given up this pass)."""
-        provisioning = UnitPhase.PROVISIONING
-        return tuple([u for u in self._states[pool].counting if u.phase is provisioning])
+        return tuple(self._states[pool].provisioning)
 
     def planned(self, pool: str) -> tuple[str, ...]:
         """Unit names granted this pass so far (to be provisioned)."""
@@ -182,8 +204,12 @@ class ScalingView:
 
     def busy(self, unit: Unit) -> bool:
         """Whether any node of ``unit`` holds an allocation."""
-        busy = self.busy_nodes
-        return any(name in busy for name in self.unit_nodes(unit))
+        return not self.usage.held.keys().isdisjoint(unit.nodes or self.unit_nodes(unit))
+
+    @cached_property
+    def unit_names(self) -> frozenset[str]:
+        """The name of every unit the keeper tracks (whatever its pool and phase)."""
+        return frozenset([u.name for u in self.inp.units])
 
     def eta(self, unit: Unit) -> float:
         """Seconds until a provisioning unit is expected ready (at least 0)."""

@@ -142,10 +142,19 @@ class AutoscalingModel(Strict):
     min_timeout: Duration = 300.0
     backoff: Duration = 60.0
     max_backoff: Duration = 1800.0
+    consolidate: bool = True
+    consolidate_below: float = Field(default=0.75, ge=0, le=1)
+    consolidate_max_loss: Duration = 600.0
 
     @model_validator(mode="after")
     def _times(self) -> AutoscalingModel:
-        for name in ("scale_down_idle", "min_timeout", "backoff", "max_backoff"):
+        for name in (
+            "scale_down_idle",
+            "min_timeout",
+            "backoff",
+            "max_backoff",
+            "consolidate_max_loss",
+        ):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name}: must be at least 0")
         names = [p if isinstance(p, str) else p.name for p in self.policies]
@@ -168,6 +177,9 @@ class AutoscalingModel(Strict):
             backoff=self.backoff,
             max_backoff=self.max_backoff,
             enabled=self.enabled,
+            consolidate=self.consolidate,
+            consolidate_below=self.consolidate_below,
+            consolidate_max_loss=self.consolidate_max_loss,
         )
 
 

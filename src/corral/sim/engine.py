@@ -525,9 +525,12 @@ class Simulator:
         assert self._keeper is not None
         for _ in range(AUTOSCALE_ROUNDS):
             pending = [self._pending[i].core for i in self._order if i in self._pending]
-            nodes, held = tuple(self._nodes.values()), self._allocations()
+            nodes, held = tuple(self._nodes.values()), self._allocations(now)
             plan = self._keeper.autoscale(nodes, held, pending, now, self.profile)
             self._pool_changes(self._keeper.apply(plan, now), now)
+            for job_id, why in plan.preemptions:  # consolidation: moved off a unit
+                if (run := self._running.get(job_id)) is not None:
+                    self._signal(run, why, run.job.spec.grace_period, now)
             for job_id, why in plan.waits.items():
                 if (run := self._pending.get(job_id)) is not None:
                     run.reason = why

@@ -35,11 +35,12 @@ from corral.providers.registry import create_providers
 from corral.scheduling.autoscaler import autoscale
 from corral.scheduling.scaling import AutoscaleInput, Delete, Drain, Provision, ScalePlan
 from corral.scheduling.scaling_registry import check_policies
-from corral.server.db.models import JobRow, NodeRow, PoolFailureRow, PoolUnitRow, TaskRow
+from corral.server.db.models import JobRow, NodeRow, PoolFailureRow, PoolUnitRow
 from corral.server.leader import Term
-from corral.server.services.converters import allocations_of, node_of
+from corral.server.services.converters import node_of
 from corral.server.services.notices import give_notice_in
-from corral.server.services.transitions import move_node, record
+from corral.server.services.scheduler import load_cluster
+from corral.server.services.transitions import lock_job, move_job, move_node, record
 
 log = logging.getLogger(__name__)
 
@@ -162,8 +163,9 @@ class Autoscaling:
     ) -> ScalePlan:
         rows = {r.name: r for r in session.scalars(select(PoolUnitRow))}
         failures = {r.pool: r for r in session.scalars(select(PoolFailureRow))}
-        nodes = {r.name: r for r in session.scalars(select(NodeRow))}
-        held = list(session.scalars(select(TaskRow).where(TaskRow.released.is_(False))))
+        cluster = load_cluster(session, self.ctx.runtimes)  # allocations with their jobs'
+        nodes = {r.name: r for r in cluster.node_rows}
+        held = cluster.held
         busy = {t.node for t in held}
         for row in list(rows.values()):
             if self._observe(session, row, seen.get(row.pool), nodes, busy, failures, now, work):
@@ -173,7 +175,7 @@ class Autoscaling:
                 pools=self.pools,
                 units=tuple(unit_of(r) for r in rows.values()),
                 nodes=tuple(node_of(r) for r in nodes.values()),
-                allocations=tuple(allocations_of(held)),
+                allocations=cluster.state.allocations,
                 pending=tuple(pending),
                 now=now,
                 duty=self._duty(nodes, now),
@@ -185,6 +187,12 @@ class Autoscaling:
         )
         for action in plan.actions:
             self._record(session, action, rows, nodes, failures, now, work)
+        for job_id, why in sorted(plan.preemptions):  # the lock order of agent syncs
+            job = lock_job(session, job_id)
+            if job is not None and job.state == JobState.RUNNING.value:
+                move_job(session, job, JobState.PREEMPTING, why, now)
+                work.jobs.add(job_id)
+                work.nodes |= {t.node for t in held if t.job_id == job_id}
         self._show_waits(session, plan)
         return plan
 
