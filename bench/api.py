@@ -1,4 +1,4 @@
-"""REST API throughput and latency on SQLite and PostgreSQL.
+"""API throughput and latency on SQLite and PostgreSQL, over REST and over gRPC.
 
 Submissions: a real ``corral server`` process and one ``corral agent`` (8 simulated H100s)
 on loopback. First 8 1-GPU jobs fill the GPUs and start (the agent's process launches
@@ -9,6 +9,8 @@ pend, so every scheduling cycle meanwhile sees a growing queue. Reported: submis
 second (wall clock, all clients), the p50/p99 latency of one submission, and the server
 process's CPU time per submission (API, database client and the scheduling cycles the
 burst caused; PostgreSQL's own CPU is not in it), which a shared machine disturbs least.
+Over gRPC (``--transports``), the same server also serves ``corral.v1.Corral`` and each
+client thread holds its own channel and calls ``SubmitJob`` with the same manifest.
 The bench's own garbage collector is paused during a measurement (see
 ``client_gc_paused``), and runs are 3 s apart.
 
@@ -27,12 +29,14 @@ PostgreSQL runs on a throwaway server started from the binaries on the machine
 
     python bench/api.py                       # 2,000 jobs per run, 1/8/32 clients, both backends
     python bench/api.py --jobs 500 --clients 1 8 --backends sqlite --rate 0   # no open loop
+    python bench/api.py --backends sqlite --transports rest grpc --runs 0     # REST beside gRPC
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import json
 import os
 import statistics
 import sys
@@ -43,6 +47,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import grpc
 import httpx
 from rich.console import Console
 from rich.table import Table
@@ -51,16 +56,25 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.e2e.cluster import LocalCluster, free_port, wait_for  # noqa: E402
 from tests.postgres import PostgresServer  # noqa: E402
 
+from corral.api.v1 import corral_pb2 as pb  # noqa: E402
+from corral.api.v1.corral_pb2_grpc import CorralStub  # noqa: E402
+
 JOB = {"command": ["sleep", "600"], "resources": {"gpus": 1}}
+TRANSPORTS = ("rest", "grpc")
 SETTLE = 3.0  # seconds between runs: the last cluster's shutdown is not in the next run
 
 
 @contextmanager
-def cluster(db: str | None, full: bool = False) -> Iterator[LocalCluster]:
-    """A server (on ``db``, else SQLite) and one agent with 8 simulated GPUs; ``full``:
-    with 8 1-GPU jobs running on them already."""
+def cluster(
+    db: str | None, full: bool = False, grpc_port: int | None = None
+) -> Iterator[LocalCluster]:
+    """A server (on ``db``, else SQLite; with ``grpc_port``, serving gRPC there too) and
+    one agent with 8 simulated GPUs; ``full``: with 8 1-GPU jobs running on them already."""
     with tempfile.TemporaryDirectory() as tmp:
-        local = LocalCluster(Path(tmp), node_timeout=600, sync_interval=2.0, db=db)
+        extra = ("--grpc-port", str(grpc_port)) if grpc_port else ()
+        local = LocalCluster(
+            Path(tmp), node_timeout=600, sync_interval=2.0, db=db, server_args=extra
+        )
         try:
             local.start_server()
             local.start_agent("node-a")
@@ -80,6 +94,38 @@ def api_client(local: LocalCluster, timeout: float = 60) -> httpx.Client:
         headers={"Authorization": f"Bearer {token}"},
         timeout=timeout,
     )
+
+
+Submit = Callable[[], str | None]  # one submission: None, or what went wrong
+
+
+@contextmanager
+def submitter(local: LocalCluster, grpc_port: int | None) -> Iterator[Submit]:
+    """One client's connection (keep-alive HTTP, or a gRPC channel with ``grpc_port``)
+    and the function that submits ``JOB`` through it."""
+    if grpc_port is None:
+        with api_client(local) as http:
+
+            def post() -> str | None:
+                answer = http.post("/jobs", json=JOB)
+                return None if answer.status_code == 201 else f"{answer.status_code} {answer.text}"
+
+            yield post
+        return
+    token = (local.home / "token").read_text().strip()
+    metadata = (("authorization", f"Bearer {token}"),)
+    request = pb.SubmitJobRequest(manifest=json.dumps(JOB))
+    with grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
+        stub = CorralStub(channel)
+
+        def call() -> str | None:
+            try:
+                stub.SubmitJob(request, metadata=metadata, timeout=60)
+            except grpc.RpcError as exc:
+                return f"{exc.code().name} {exc.details()}"
+            return None
+
+        yield call
 
 
 def fill(local: LocalCluster) -> None:
@@ -114,7 +160,9 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def submit_load(local: LocalCluster, clients: int, jobs: int) -> tuple[float, list[float]]:
+def submit_load(
+    local: LocalCluster, clients: int, jobs: int, grpc_port: int | None = None
+) -> tuple[float, list[float]]:
     """``jobs`` submissions split over ``clients`` threads; (seconds, latencies)."""
     latencies: list[list[float]] = [[] for _ in range(clients)]
     errors: list[str] = []
@@ -122,15 +170,15 @@ def submit_load(local: LocalCluster, clients: int, jobs: int) -> tuple[float, li
 
     def work(index: int) -> None:
         count = jobs // clients + (index < jobs % clients)
-        with api_client(local) as http:
-            http.post("/jobs", json=JOB)  # connect and warm up before the clock starts
+        with submitter(local, grpc_port) as submit:
+            submit()  # connect and warm up before the clock starts
             start.wait()
             for _ in range(count):
                 began = time.perf_counter()
-                answer = http.post("/jobs", json=JOB)
+                failed = submit()
                 latencies[index].append(time.perf_counter() - began)
-                if answer.status_code != 201:
-                    errors.append(f"{answer.status_code} {answer.text[:200]}")
+                if failed:
+                    errors.append(failed[:200])
 
     threads = [threading.Thread(target=work, args=(i,)) for i in range(clients)]
     for thread in threads:
@@ -146,7 +194,7 @@ def submit_load(local: LocalCluster, clients: int, jobs: int) -> tuple[float, li
 
 
 def offered_load(
-    local: LocalCluster, rate: float, jobs: int, senders: int
+    local: LocalCluster, rate: float, jobs: int, senders: int, grpc_port: int | None = None
 ) -> tuple[float, list[float]]:
     """``jobs`` submissions due every ``1 / rate`` seconds, sent by ``senders`` threads;
     (seconds from the first due time to the last answer, latencies from due to answer)."""
@@ -159,8 +207,8 @@ def offered_load(
     began = 0.0
 
     def work() -> None:
-        with api_client(local) as http:
-            http.post("/jobs", json=JOB)  # connect and warm up before the clock starts
+        with submitter(local, grpc_port) as submit:
+            submit()  # connect and warm up before the clock starts
             ready.wait()
             go.wait()  # ``began`` is set
             while True:
@@ -170,12 +218,12 @@ def offered_load(
                     return
                 due = began + index / rate
                 time.sleep(max(0.0, due - time.perf_counter()))
-                answer = http.post("/jobs", json=JOB)
+                failed = submit()
                 done = time.perf_counter()
                 with lock:
                     latencies.append(done - due)
-                if answer.status_code != 201:
-                    errors.append(f"{answer.status_code} {answer.text[:200]}")
+                if failed:
+                    errors.append(failed[:200])
 
     threads = [threading.Thread(target=work) for _ in range(senders)]
     for thread in threads:
@@ -227,13 +275,14 @@ def main() -> None:
         "--rate", type=float, default=500, help="offered submissions/s of the open loop (0: none)"
     )
     parser.add_argument("--senders", type=int, default=8, help="client threads of the open loop")
+    parser.add_argument("--transports", nargs="+", default=["rest", "grpc"], choices=TRANSPORTS)
     args = parser.parse_args()
     console = Console(width=120)  # whole tables, also when piped to a file
     postgres = PostgresServer(free_port()) if "postgresql" in args.backends else None
     submit = Table(
-        title=f"REST submissions ({args.jobs} 1-GPU jobs per run, all pending behind 8 running)"
+        title=f"Submissions ({args.jobs} 1-GPU jobs per run, all pending behind 8 running)"
     )
-    columns = ("backend", "clients", "submits/s", "p50 ms", "p99 ms", "max ms")
+    columns = ("backend", "API", "clients", "submits/s", "p50 ms", "p99 ms", "max ms")
     for col in (*columns, "server CPU ms/submit", "load avg"):
         submit.add_column(col, justify="right")
     start = Table(title=f"submit -> running on a local cluster ({args.runs} runs, 5 ms polling)")
@@ -243,22 +292,28 @@ def main() -> None:
         if postgres is not None:
             postgres.start()
         for backend in args.backends:
-            loads: list[tuple[str, Callable[[LocalCluster], tuple[float, list[float]]]]] = [
-                (str(c), lambda local, c=c: submit_load(local, c, args.jobs)) for c in args.clients
+            Load = Callable[[LocalCluster, int | None], tuple[float, list[float]]]
+            loads: list[tuple[str, Load]] = [
+                (str(c), lambda local, port, c=c: submit_load(local, c, args.jobs, port))
+                for c in args.clients
             ]
             if args.rate:
                 loads.append(
                     (
                         f"{args.senders} @ {args.rate:g}/s",
-                        lambda local: offered_load(local, args.rate, args.jobs, args.senders),
+                        lambda local, port: offered_load(
+                            local, args.rate, args.jobs, args.senders, port
+                        ),
                     )
                 )
-            for label, load in loads:
+            runs = [(t, label, load) for label, load in loads for t in args.transports]
+            for transport, label, load in runs:
+                port = free_port() if transport == "grpc" else None
                 db = postgres.new_database() if backend == "postgresql" and postgres else None
-                with cluster(db, full=True) as local, client_gc_paused():
+                with cluster(db, full=True, grpc_port=port) as local, client_gc_paused():
                     assert local.server is not None
                     cpu = cpu_seconds(local.server.pid)
-                    elapsed, lat = load(local)
+                    elapsed, lat = load(local, port)
                     cpu = cpu_seconds(local.server.pid) - cpu
                     load_avg = os.getloadavg()[0]
                 if db and postgres:  # no autovacuum of old runs behind the next one
@@ -266,6 +321,7 @@ def main() -> None:
                 time.sleep(SETTLE)
                 submit.add_row(
                     backend,
+                    transport,
                     label,
                     f"{len(lat) / elapsed:.0f}",
                     f"{quantile(lat, 50):.1f}",
@@ -274,7 +330,9 @@ def main() -> None:
                     f"{cpu / len(lat) * 1000:.2f}",
                     f"{load_avg:.2f}",
                 )
-                console.print(f"{backend}, {label} client(s): done")
+                console.print(f"{backend}, {transport}, {label} client(s): done")
+            if not args.runs:
+                continue
             db = postgres.new_database() if backend == "postgresql" and postgres else None
             with cluster(db) as local:
                 samples = submit_to_running(local, args.runs)
@@ -288,7 +346,8 @@ def main() -> None:
         if postgres is not None:
             postgres.destroy()
     console.print(submit)
-    console.print(start)
+    if args.runs:
+        console.print(start)
 
 
 if __name__ == "__main__":

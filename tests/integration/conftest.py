@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -27,6 +28,12 @@ class Server:
     home: Path
     admin_token: str
     join_token: str
+    grpc_url: str | None = None  # grpc(s)://127.0.0.1:PORT when started with grpc=True
+    grpc_server: Any = None
+
+    def stop_grpc(self) -> None:
+        if self.grpc_server is not None:
+            self.grpc_server.stop(grace=None)
 
     def client(self, token: str | None = None) -> Client:
         return Client(self.url, token or self.admin_token)
@@ -37,9 +44,15 @@ class Server:
 
 
 def start_server(
-    home: Path, config: str | None = None, db_url: str | None = None, **settings: object
+    home: Path,
+    config: str | None = None,
+    db_url: str | None = None,
+    grpc: bool = False,
+    **settings: object,
 ) -> tuple:
-    """Start a server on ``db_url`` (default: SQLite under ``home``); (handle, uvicorn, thread)."""
+    """Start a server on ``db_url`` (default: SQLite under ``home``); (handle, uvicorn, thread).
+    With ``grpc``, the gRPC API too, on a port of its own (``handle.grpc_url``; stop it with
+    ``handle.stop_grpc()``)."""
     config_path = None
     if config is not None:
         config_path = home / "scheduler.yaml"
@@ -48,6 +61,8 @@ def start_server(
     port = free_port()
     # The bootstrap admin token is this account's; test runners often run as root.
     settings.setdefault("allow_root_jobs", True)
+    if grpc:
+        settings["grpc_port"] = free_port()
     ctx = build_context(
         ServerSettings(
             db_url=db_url or f"sqlite:///{home / 'corral.db'}",
@@ -81,6 +96,11 @@ def start_server(
         admin_token=(home / "token").read_text().strip(),
         join_token=(home / "join-token").read_text().strip(),
     )
+    if grpc:
+        from corral.server.grpc_api.server import start_grpc
+
+        handle.grpc_server = start_grpc(ctx)
+        handle.grpc_url = f"{'grpcs' if tls else 'grpc'}://127.0.0.1:{ctx.settings.grpc_port}"
     return handle, server, thread
 
 
@@ -111,5 +131,6 @@ def server(tmp_path: Path, request: pytest.FixtureRequest, backend: str) -> Iter
     try:
         yield handle
     finally:
+        handle.stop_grpc()
         srv.should_exit = True
         thread.join(timeout=10)

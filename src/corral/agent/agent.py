@@ -50,6 +50,7 @@ from corral.agent.telemetry import (
     simulated_sample,
 )
 from corral.privatefiles import private_dir
+from corral.retry import backoff
 from corral.schemas.agent import (
     DesiredStepTask,
     DesiredTask,
@@ -162,7 +163,7 @@ class Agent:
         self._announce()
         self.recover()
         threading.Thread(target=self._watch, name="corral-agent-watch", daemon=True).start()
-        backoff = 0.2
+        failures = 0  # in a row: the pauses between retries grow (with jitter)
         with httpx.Client(transport=self.transport, timeout=10.0, verify=self._verify) as http:
             self.http = http
             while not self._stop.is_set():
@@ -170,9 +171,10 @@ class Agent:
                     if self._token is None:
                         self._register()
                     self._sync_once()
-                    backoff = 0.2
+                    failures = 0
                     self._wake.wait(self.interval)
                     self._wake.clear()
+                    continue
                 except httpx.HTTPStatusError as exc:
                     if exc.response.status_code in (401, 403, 404, 409):
                         log.warning("server refused this agent (%s); registering again", _msg(exc))
@@ -181,13 +183,11 @@ class Agent:
                         log.warning("sync failed: %s", _msg(exc))
                         if exc.response.status_code >= 500:  # e.g. its database is gone
                             self._server_index += 1  # (a sync is safe to repeat anywhere)
-                    self._stop.wait(backoff)
-                    backoff = min(MAX_BACKOFF, backoff * 2)
                 except httpx.TransportError as exc:
                     log.warning("server %s unreachable (%s); tasks keep running", self._url, exc)
                     self._server_index += 1
-                    self._stop.wait(backoff)
-                    backoff = min(MAX_BACKOFF, backoff * 2)
+                failures += 1  # after a server restart, agents come back spread out
+                self._stop.wait(backoff(failures, 0.2, MAX_BACKOFF))
             self.hooks.close()  # running hooks are killed; epilogs due run at the next start
             if self.settings.keep_tasks_on_stop:
                 self._leave_tasks()
@@ -311,7 +311,7 @@ class Agent:
                     answer.raise_for_status()
                     version = int(answer.json()["version"])
                 except (httpx.HTTPError, ValueError, KeyError):
-                    self._stop.wait(1.0)  # the sync loop reports problems; retry quietly
+                    self._stop.wait(backoff(1, 2.0, 2.0))  # quietly (the sync loop reports)
                     continue
                 if version != since:  # (the first answer too: a change may predate it)
                     self._wake.set()

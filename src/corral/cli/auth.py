@@ -79,12 +79,15 @@ def audit(
     token: TokenOpt = None,
     output: OutputOpt = Output.table,
 ) -> None:
-    """State-changing API calls: who, what, when, outcome (admins)."""
-    entries = Client(server, token).audit(user, parse_since(since), limit)
+    """State-changing API calls: who, what, when, outcome (admins); the newest --limit,
+    saying when older ones are left out (-o json: has_more)."""
+    page = Client(server, token).audit_page(user, parse_since(since), limit)
     if output is Output.json:
-        print_json({"entries": entries})
-    else:
-        console.print(audit_table(entries))
+        print_json({"entries": page.entries, "has_more": page.has_more})
+        return
+    console.print(audit_table(page.entries))
+    if page.has_more:
+        console.print(f"... older calls not shown; raise --limit (now {limit}) or use --since")
 
 
 @app.command("reset-node")

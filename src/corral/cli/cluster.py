@@ -10,15 +10,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from rich.console import RenderableType
+from rich.text import Text
 
 from corral.cli.common import Output, OutputOpt, ServerOpt, TokenOpt, client, console, print_json
 from corral.cli.render import nodes_table, queues_table, replicas_table
+from corral.cli.watch import IntervalOpt, WatchOpt
+from corral.cli.watch import watch as show_again
 from corral.client.config import (
     DEFAULT_PORT,
     TOKEN_FILE,
     corral_home,
 )
 from corral.errors import ConnectionFailedError
+from corral.schemas.api import NodeOut
 
 if TYPE_CHECKING:
     pass
@@ -48,6 +53,10 @@ def up(
     detach: Annotated[
         bool, typer.Option("--detach", "-d", help="return once ready; stop with `corral down`")
     ] = False,
+    grpc_port: Annotated[
+        int | None,
+        typer.Option("--grpc-port", help="also serve the gRPC API on this port (docs/grpc.md)"),
+    ] = None,
 ) -> None:
     """An embedded cluster on this host: the control plane plus one agent per node."""
     from corral.agent.discovery import discover, nvml_available
@@ -61,7 +70,9 @@ def up(
     if port is None:
         port = pick_port(DEFAULT_PORT)
     pooled = _has_pools(cluster)
-    embedded = EmbeddedCluster(home, launches, port, db, config, pools_file=pooled)
+    embedded = EmbeddedCluster(
+        home, launches, port, db, config, pools_file=pooled, grpc_port=grpc_port
+    )
     gpus = sum(n.gpus for n in launches)
     with console.status(f"starting the control plane and {len(launches)} agent(s)..."):
         state = embedded.start()
@@ -76,6 +87,8 @@ def up(
     if pooled is not None:
         console.print("  Pools     autoscaled by the server (corral pools)", markup=False)
     console.print(f"  API       {state.server_url}/api/v1   (docs: {state.server_url}/api/v1/docs)")
+    if grpc_port:
+        console.print(f"  gRPC      grpc://127.0.0.1:{grpc_port}   (corral.v1.Corral, reflection)")
     token = (home / TOKEN_FILE).read_text().strip()  # the admin token the server made
     console.print(
         f"  Dashboard {dashboard_url(state.server_url, token)}",
@@ -128,16 +141,28 @@ def down() -> None:
 
 @app.command()
 def nodes(
-    server: ServerOpt = None, token: TokenOpt = None, output: OutputOpt = Output.table
+    watch: WatchOpt = False,
+    interval: IntervalOpt = 2.0,
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+    output: OutputOpt = Output.table,
 ) -> None:
     """Nodes with free and used devices."""
-    found = client(server, token).nodes()
-    if output is Output.json:
-        print_json({"nodes": found})
-    elif not found:
-        console.print("no nodes registered (start agents with `corral agent` or `corral up`)")
-    else:
-        console.print(nodes_table(found, time.time()))
+    c = client(server, token)
+
+    def draw(found: list[NodeOut]) -> RenderableType:
+        if not found:
+            return Text("no nodes registered (start agents with `corral agent` or `corral up`)")
+        return nodes_table(found, time.time())
+
+    def dump(found: list[NodeOut]) -> dict[str, list[NodeOut]]:
+        return {"nodes": found}
+
+    if watch:
+        show_again(c.nodes, draw, dump, interval, output)
+        return
+    found = c.nodes()
+    print_json(dump(found)) if output is Output.json else console.print(draw(found))
 
 
 @app.command()

@@ -47,6 +47,12 @@ def print_json(value: Any) -> None:
     sys.stdout.write(json.dumps(_plain(value), indent=2, sort_keys=False) + "\n")
 
 
+def print_json_line(value: Any) -> None:
+    """One JSON document on a line of its own, flushed (a stream of them: JSON lines)."""
+    sys.stdout.write(json.dumps(_plain(value)) + "\n")
+    sys.stdout.flush()
+
+
 def _plain(value: Any) -> Any:
     if isinstance(value, BaseModel):
         return value.model_dump(mode="json")

@@ -20,11 +20,32 @@ from corral.client.config import (
     resolve_servers,
 )
 from corral.errors import ValidationError
+from corral.logsetup import Format, Level
+from corral.logsetup import configure as configure_logging
 
 if TYPE_CHECKING:
     from corral.agent.hooks import HookSettings
 
 app = typer.Typer()
+
+LogLevel = Annotated[
+    Level,
+    typer.Option(
+        "--log-level",
+        envvar="CORRAL_LOG_LEVEL",
+        case_sensitive=False,
+        help="write log records of this level and above (to stderr)",
+    ),
+]
+LogFormat = Annotated[
+    Format,
+    typer.Option(
+        "--log-format",
+        envvar="CORRAL_LOG_FORMAT",
+        case_sensitive=False,
+        help="text, or json: one object per line (time, level, logger, message, exception)",
+    ),
+]
 
 
 @app.command()
@@ -130,6 +151,16 @@ def server(
             help="a cluster file whose pools: this server autoscales (its nodes: are ignored)",
         ),
     ] = None,
+    grpc_port: Annotated[
+        int | None,
+        typer.Option(
+            "--grpc-port",
+            envvar="CORRAL_GRPC_PORT",
+            help="also serve the gRPC API (corral.v1.Corral, docs/grpc.md) on this port",
+        ),
+    ] = None,
+    log_level: LogLevel = Level.info,
+    log_format: LogFormat = Format.text,
 ) -> None:
     """The control plane alone (REST API, state, scheduling loop).
 
@@ -139,6 +170,7 @@ def server(
     from corral.server.app import serve
     from corral.server.context import ServerSettings
 
+    configure_logging(log_level, log_format)
     home = corral_home()
     if config is not None and not config.is_file():
         raise ValidationError(f"--config: no such file {config}")
@@ -166,6 +198,8 @@ def server(
         raise ValidationError(f"--log-cap: {exc}") from None
     if cap < 1024:
         raise ValidationError(f"--log-cap: at least 1KB, got {log_cap}")
+    if grpc_port is not None and not (0 < grpc_port < 65536 and grpc_port != port):
+        raise ValidationError(f"--grpc-port: a free port other than --port, got {grpc_port}")
     declared = _pools(pools)
     serve(
         ServerSettings(
@@ -187,6 +221,7 @@ def server(
             log_cap=cap,
             allow_root_jobs=allow_root_jobs,
             pools=declared,
+            grpc_port=grpc_port,
         )
     )
 
@@ -368,6 +403,8 @@ def agent(
             "no task uses are removed",
         ),
     ] = "50GB",
+    log_level: LogLevel = Level.info,
+    log_format: LogFormat = Format.text,
 ) -> None:
     """A node agent: registers its GPUs, runs the tasks placed on it, reports them.
 
@@ -380,9 +417,7 @@ def agent(
     from corral.cli.common import parse_pairs
     from corral.privatefiles import private_dir
 
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(log_level, log_format)
     servers = resolve_servers(server)
     source = ctx.get_parameter_source("join_token")
     if getattr(source, "name", None) == "COMMANDLINE":  # (not from $CORRAL_JOIN_TOKEN)

@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.console import Group, RenderableType
+from rich.text import Text
 
 from corral.cli.common import (
     Output,
@@ -21,10 +23,12 @@ from corral.cli.common import (
     print_json,
 )
 from corral.cli.render import array_label, job_panel, jobs_table, state_text
+from corral.cli.watch import IntervalOpt, WatchOpt
+from corral.cli.watch import watch as show_again
 from corral.client.client import names_array
 from corral.core.array import state_counts
 from corral.errors import ValidationError
-from corral.schemas.api import JobOut
+from corral.schemas.api import MAX_JOB_PAGE, JobList, JobOut
 from corral.schemas.manifest import JobManifest, load_manifest, parse_manifest
 
 app = typer.Typer()
@@ -182,20 +186,53 @@ def jobs(
     array: Annotated[
         bool, typer.Option("--array", "-r", help="one row per element of a job array")
     ] = False,
+    limit: Annotated[
+        int | None,
+        typer.Option(
+            "--limit",
+            "-n",
+            min=1,
+            max=MAX_JOB_PAGE,
+            help="only the newest N, saying how many more there are (-o json: remaining)",
+        ),
+    ] = None,
+    watch: WatchOpt = False,
+    interval: IntervalOpt = 2.0,
     server: ServerOpt = None,
     token: TokenOpt = None,
     output: OutputOpt = Output.table,
 ) -> None:
     """The queue: pending jobs with their reason, position and estimated start, running
     jobs with their nodes. A job array is one row, its elements counted by state, unless
-    --array (-r, as squeue's) lists every element."""
-    found = client(server, token).list(all=all, queue=queue, state=state, group_arrays=not array)
-    if output is Output.json:
-        print_json({"jobs": found})
-    elif not found:
-        console.print("no jobs" + ("" if all else " (use --all to include ended jobs)"))
-    else:
-        console.print(jobs_table(found, time.time()))
+    --array (-r, as squeue's) lists every element. Every job, oldest first; with --limit N
+    the newest N, and how many more there are."""
+    c = client(server, token)
+
+    def fetch() -> JobList:
+        if limit is None:
+            return JobList(jobs=c.list(all=all, queue=queue, state=state, group_arrays=not array))
+        return c.job_page(all, queue, state, not array, limit, count=True)
+
+    def draw(found: JobList) -> RenderableType:
+        if not found.jobs:
+            return Text("no jobs" + ("" if all else " (use --all to include ended jobs)"))
+        if not found.remaining:
+            return jobs_table(found.jobs, time.time())
+        more = Text(
+            f"... and {found.remaining:,} more, older; raise --limit, or leave it out to "
+            "list them all"
+        )
+        return Group(jobs_table(found.jobs, time.time()), more)
+
+    def dump(found: JobList) -> dict[str, Any]:
+        extra = {} if limit is None else {"remaining": found.remaining}
+        return {"jobs": found.jobs, **extra}
+
+    if watch:
+        show_again(fetch, draw, dump, interval, output)
+        return
+    found = fetch()
+    print_json(dump(found)) if output is Output.json else console.print(draw(found))
 
 
 @app.command()

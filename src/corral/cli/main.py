@@ -29,8 +29,13 @@ app = typer.Typer(
     name="corral",
     help="Corral: a workload manager for GPU and TPU clusters.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion, --show-completion (bash, zsh, fish)
     pretty_exceptions_enable=False,
+    # Help is plain text, never parsed as Rich markup: a help text such as "AGE[/RES]" or
+    # "[TYPE:]N" would otherwise lose its brackets or crash `--help` (typer >= 0.12 parses
+    # markup by default). Sub-apps inherit this from the root app.
+    rich_markup_mode=None,
+    context_settings={"max_content_width": 100},
 )
 
 

@@ -165,21 +165,26 @@ def events(
     token: TokenOpt = None,
     output: OutputOpt = Output.table,
 ) -> None:
-    """Job and node transitions: the latest ones, or with -f a live stream (JSON lines
-    with -o json)."""
+    """Job and node transitions: the latest --limit ones (or the first --limit after
+    --since-id), saying when more match; with -f a live stream (JSON lines with -o json)."""
     if job is not None and node is not None:
         raise ValidationError("--job and --node: pick one")
     entity, entity_id = (
         ("job", str(job)) if job is not None else ("node", node) if node else (None, None)
     )
     c = client(server, token)
-    found = c.events(since_id, limit, entity, entity_id)
+    page = c.event_page(since_id, limit, entity, entity_id)
+    found = page.events
     if not follow:
         if output is Output.json:
-            print_json({"events": found})
-        else:
-            for event in found:
-                console.print(event_line(event), highlight=False)
+            print_json(page)
+            return
+        for event in found:
+            console.print(event_line(event), highlight=False)
+        if page.has_more and since_id is None:
+            console.print(f"... older events not shown; raise --limit (now {limit})")
+        elif page.has_more:
+            console.print(f"... more events follow; read on with --since-id {found[-1].id}")
         return
     last = since_id if since_id is not None else (found[-1].id if found else 0)
     for event in [] if since_id is not None else found:

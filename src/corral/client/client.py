@@ -15,21 +15,24 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 from httpx_sse import connect_sse
 
 from corral.client.config import resolve_ca_cert, resolve_servers, resolve_token, ssl_verify
 from corral.errors import ERRORS_BY_CODE, ConnectionFailedError, CorralError
+from corral.retry import backoff
 from corral.schemas.api import (
     AdviceOut,
+    AuditList,
     AuditOut,
     EventItem,
     EventList,
     Health,
+    JobList,
     JobOut,
     LogOut,
     NodeOut,
@@ -44,8 +47,12 @@ from corral.schemas.api import (
 )
 from corral.schemas.common import validate
 from corral.schemas.manifest import JobManifest, load_manifest, parse_manifest
-from corral.schemas.steps import StepIn, StepList, StepOut
+from corral.schemas.steps import MAX_STEPS, StepIn, StepList, StepOut
 
+if TYPE_CHECKING:
+    from corral.client.grpc_transport import GrpcTransport
+
+T = TypeVar("T")
 TERMINAL = ("succeeded", "failed", "cancelled")
 JobRef = int | str  # a job's id, or "ARRAYID_INDEX" for an element of a job array
 
@@ -66,6 +73,8 @@ IDEMPOTENT_METHODS = ("GET", "HEAD", "PUT", "DELETE", "OPTIONS")
 # The request never reached the server: any request may go to the next replica.
 NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 RETRY_STATUSES = (502, 503, 504)
+PAGE_SIZE = 1000  # rows asked for at a time when a listing pages through everything
+AUDIT_PAGE = 10_000  # the most audit entries the server answers at once
 
 
 class Client:
@@ -88,9 +97,16 @@ class Client:
             transport=transport, timeout=timeout, headers=headers, verify=verify
         )
         self._current = 0
+        self._grpc: GrpcTransport | None = None  # grpc:// addresses: corral.v1 over gRPC
+        if any(s.startswith(("grpc://", "grpcs://")) for s in self.servers):
+            from corral.client.grpc_transport import GrpcTransport  # grpc: only when used
+
+            self._grpc = GrpcTransport(self.servers, self.token, timeout, resolve_ca_cert(ca_cert))
 
     def close(self) -> None:
         self._http.close()
+        if self._grpc is not None:
+            self._grpc.close()
 
     def __enter__(self) -> Client:
         return self
@@ -121,12 +137,14 @@ class Client:
         With ``rounds`` > 1 (only for calls safe to repeat), it goes round the replicas
         again after a short pause while none answers (or all answer 502/503/504).
         """
+        if self._grpc is not None:
+            return self._grpc.request(method, path, **kwargs)
         if idempotent is None:
             idempotent = method.upper() in IDEMPOTENT_METHODS
         errors: list[str] = []
         for round_ in range(rounds):
             if round_:
-                time.sleep(0.25 * 2 ** (round_ - 1))
+                time.sleep(backoff(round_, 0.25, 5.0))  # jittered: clients spread out
             errors = []
             for i in range(len(self.servers)):
                 index = (self._current + i) % len(self.servers)
@@ -185,18 +203,44 @@ class Client:
         queue: str | None = None,
         state: str | None = None,
         group_arrays: bool = False,
+        limit: int | None = None,
+        page_size: int = PAGE_SIZE,
     ) -> list[JobOut]:
-        """The caller's jobs; with ``group_arrays``, one row per job array (its
-        elements counted by state in ``array.states``) instead of one per element."""
-        params: dict[str, Any] = {"all": all}
+        """The caller's jobs, oldest first: every one (asked ``page_size`` at a time), or
+        with ``limit`` the newest that many. With ``group_arrays``, one row per job array
+        (its elements counted by state in ``array.states``) instead of one per element."""
+
+        def fetch(size: int, before: int | None) -> tuple[list[JobOut], int | None]:
+            page = self.job_page(all, queue, state, group_arrays, size, before)
+            return page.jobs, page.next if page.has_more else None
+
+        return _newest(fetch, limit, page_size)
+
+    def job_page(
+        self,
+        all: bool = False,
+        queue: str | None = None,
+        state: str | None = None,
+        group_arrays: bool = False,
+        limit: int = PAGE_SIZE,
+        before: int | None = None,
+        count: bool = False,
+    ) -> JobList:
+        """One page of ``GET /jobs``: the newest ``limit`` jobs below the cursor
+        ``before``, oldest first; ``has_more`` and ``next`` (the cursor for older ones),
+        and with ``count`` how many older ones match (``remaining``)."""
+        params: dict[str, Any] = {"all": all, "limit": limit}
         if queue:
             params["queue"] = queue
         if state:
             params["state"] = state
         if group_arrays:
             params["group_arrays"] = True
-        data = self.request("GET", "/jobs", params=params)
-        return [JobOut.model_validate(j) for j in data["jobs"]]
+        if before is not None:
+            params["before"] = before
+        if count:
+            params["count"] = True
+        return JobList.model_validate(self.request("GET", "/jobs", params=params))
 
     def resolve(self, job: JobRef) -> int:
         """The job id a name stands for (``"12_3"``: element 3 of array 12)."""
@@ -257,6 +301,9 @@ class Client:
         step: int = 0,
     ) -> Iterator[str]:
         """Yield pieces of the log; with ``follow``, until the task ends and all is read."""
+        if self._grpc is not None:
+            yield from self._grpc.follow_logs(job_id, task, attempt, follow, step)
+            return
         offset = 0
         while True:
             chunk = self.log_chunk(job_id, task, offset, attempt, step)
@@ -327,7 +374,9 @@ class Client:
 
     def steps(self, job_id: int, attempt: int | None = None) -> list[StepOut]:
         """The steps of an attempt (default: the job's current one), oldest first."""
-        params = {} if attempt is None else {"attempt": attempt}
+        params: dict[str, Any] = {"limit": MAX_STEPS}  # as many as an attempt may have
+        if attempt is not None:
+            params["attempt"] = attempt
         data = self.request("GET", f"/jobs/{job_id}/steps", params=params)
         return StepList.model_validate(data).steps
 
@@ -361,6 +410,8 @@ class Client:
 
     def replicas(self) -> list[ReplicaHealth]:
         """The health of every configured server address (replica), asked one by one."""
+        if self._grpc is not None:
+            return self._grpc.replicas()
         found = []
         for address in self.servers:
             try:
@@ -428,11 +479,22 @@ class Client:
         entity_id: str | None = None,
     ) -> list[EventItem]:
         """Events after ``since_id`` (oldest first); without it, the latest ``limit``."""
+        return self.event_page(since_id, limit, entity, entity_id).events
+
+    def event_page(
+        self,
+        since_id: int | None = None,
+        limit: int = 100,
+        entity: str | None = None,
+        entity_id: str | None = None,
+    ) -> EventList:
+        """:meth:`events`, with ``has_more``: whether more match past them (after the
+        last, or without ``since_id`` before the first)."""
         params: dict[str, Any] = {"limit": limit}
         for key, value in (("since_id", since_id), ("entity", entity), ("entity_id", entity_id)):
             if value is not None:
                 params[key] = value
-        return EventList.model_validate(self.request("GET", "/events", params=params)).events
+        return EventList.model_validate(self.request("GET", "/events", params=params))
 
     def stream_events(
         self, since_id: int | None = None, reconnect: float = 1.0
@@ -443,6 +505,9 @@ class Client:
         if since_id is None:
             latest = self.events(limit=1)
             since_id = latest[-1].id if latest else 0
+        if self._grpc is not None:
+            yield from self._grpc.watch_events(since_id)
+            return
         last = since_id
         while True:
             headers = {"Last-Event-ID": str(last)}
@@ -463,6 +528,8 @@ class Client:
 
     def metrics(self) -> str:
         """The Prometheus text of ``/metrics``."""
+        if self._grpc is not None:
+            self._grpc.request("GET", "/metrics")  # not over gRPC: says so
         response = self._http.get(f"{self.server}/metrics")
         if not response.is_success:
             _decode(response)
@@ -486,16 +553,51 @@ class Client:
         return WhoAmI.model_validate(self.request("GET", "/whoami"))
 
     def audit(
-        self, user: str | None = None, since: float | None = None, limit: int = 100
+        self, user: str | None = None, since: float | None = None, limit: int | None = 100
     ) -> list[AuditOut]:
-        """State-changing API calls, oldest first (admins)."""
+        """State-changing API calls, oldest first (admins): the newest ``limit``, or with
+        ``limit=None`` every one (asked for a page at a time)."""
+
+        def fetch(size: int, before: int | None) -> tuple[list[AuditOut], int | None]:
+            page = self.audit_page(user, since, size, before)
+            return page.entries, page.next if page.has_more else None
+
+        return _newest(fetch, limit, AUDIT_PAGE)
+
+    def audit_page(
+        self,
+        user: str | None = None,
+        since: float | None = None,
+        limit: int = 100,
+        before: int | None = None,
+    ) -> AuditList:
+        """One page of ``GET /audit``: the newest ``limit`` entries below the cursor
+        ``before``, oldest first; ``has_more`` and ``next`` (the cursor for older ones)."""
         params: dict[str, Any] = {"limit": limit}
         if user is not None:
             params["user"] = user
         if since is not None:
             params["since"] = since
-        entries = self.request("GET", "/audit", params=params)["entries"]
-        return [AuditOut.model_validate(e) for e in entries]
+        if before is not None:
+            params["before"] = before
+        return AuditList.model_validate(self.request("GET", "/audit", params=params))
+
+
+def _newest(
+    fetch: Callable[[int, int | None], tuple[list[T], int | None]], limit: int | None, size: int
+) -> list[T]:
+    """The newest ``limit`` rows (``None``: all) of a listing, oldest first, asked for
+    ``size`` at a time: ``fetch(size, before)`` answers a page (oldest first) and the
+    cursor below it (``None``: no older rows)."""
+    pages: list[list[T]] = []
+    left, before = limit, None
+    while left is None or left > 0:
+        rows, before = fetch(size if left is None else min(size, left), before)
+        pages.append(rows)
+        left = None if left is None else left - len(rows)
+        if before is None:
+            break
+    return [row for rows in reversed(pages) for row in rows]
 
 
 def _as_manifest(manifest: JobManifest | dict | str | Path) -> JobManifest:

@@ -170,8 +170,10 @@ class EmbeddedCluster:
         config: Path | None = None,
         host: str = "127.0.0.1",
         pools_file: Path | None = None,
+        grpc_port: int | None = None,
     ) -> None:
         self.home = home
+        self.grpc_port = grpc_port  # the server also serves gRPC there (corral.v1.Corral)
         self.pools_file = pools_file  # a cluster file with pools: the server autoscales them
         self.launches = launches
         self.port = port
@@ -217,6 +219,8 @@ class EmbeddedCluster:
             server_cmd += ["--config", str(self.config)]
         if self.pools_file:
             server_cmd += ["--pools", str(self.pools_file)]
+        if self.grpc_port:
+            server_cmd += ["--grpc-port", str(self.grpc_port)]
         if os.geteuid() == 0:  # the admin token is the starting account's: here, root
             server_cmd.append("--allow-root-jobs")
         self.server = self._spawn(server_cmd, "server.log", env)

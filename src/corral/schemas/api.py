@@ -134,8 +134,18 @@ class CheckpointIn(Strict):
     path: str | None = Field(default=None, max_length=4096)
 
 
+MAX_JOB_PAGE = 100_000  # the most jobs one page of ``GET /jobs`` holds
+
+
 class JobList(BaseModel):
+    """A page of jobs, oldest first: the newest ``limit`` matching jobs below the cursor.
+    ``has_more``: older matching jobs exist; ``next``: the cursor (``before``) that asks
+    for them; ``remaining``: how many there are (only when asked, ``count=true``)."""
+
     jobs: list[JobOut]
+    has_more: bool = False
+    next: int | None = None
+    remaining: int | None = None
 
 
 class AdviceOut(BaseModel):
@@ -315,7 +325,11 @@ class EventItem(BaseModel):
 
 
 class EventList(BaseModel):
+    """``has_more``: more matching events lie past this page (after its last one when
+    reading on from ``since_id``, before its first when reading the latest)."""
+
     events: list[EventItem]
+    has_more: bool = False
 
 
 class UsageRow(BaseModel):
@@ -343,8 +357,15 @@ class UsageOut(BaseModel):
 
 
 class ErrorOut(BaseModel):
-    code: str
-    message: str
+    """Every error answer of the API (``server/errors.py``). `code` names the error: the
+    SDK raises the same class (``corral.errors.ERRORS_BY_CODE``)."""
+
+    code: str = Field(
+        description="invalid, unschedulable, unauthenticated, forbidden, not_found, conflict, "
+        "too_large, limit_exceeded, unavailable, method_not_allowed or http_error",
+        examples=["not_found"],
+    )
+    message: str = Field(description="one line for a person", examples=["no job with id 12"])
 
 
 class WhoAmI(BaseModel):
@@ -369,4 +390,9 @@ class AuditOut(BaseModel):
 
 
 class AuditList(BaseModel):
+    """The newest entries below the cursor, oldest first; ``has_more``: older ones exist,
+    ``next``: the cursor (``before``) that asks for them."""
+
     entries: list[AuditOut]
+    has_more: bool = False
+    next: int | None = None

@@ -12,6 +12,7 @@ from corral.schemas.manifest import MAX_ARGS, MAX_ENV, Arg, EnvKey
 
 MAX_STEP_NODES = 100_000  # as many as a job may have
 MAX_STEP_TASKS_PER_NODE = 1024  # as a job's tasks_per_node
+MAX_STEPS = 10_000  # steps per attempt of a job: a listing of them all is one page
 STEP_TASK_STATES = ("pending", "running", "exited", "lost", "cancelled")
 FINAL_STEP_TASK_STATES = ("exited", "lost", "cancelled")
 NodeName = Annotated[str, Field(min_length=1, max_length=253)]

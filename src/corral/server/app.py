@@ -13,6 +13,7 @@ import uvicorn
 from fastapi import FastAPI
 
 import corral
+from corral.logsetup import TEXT
 from corral.scheduling.registry import build_profile
 from corral.scheduling.scaling_registry import check_policies
 from corral.schemas.config import load_config
@@ -23,6 +24,7 @@ from corral.server.errors import install_error_handlers
 from corral.server.home import secure_home
 from corral.server.leader import Leadership
 from corral.server.loop import ControlLoop
+from corral.server.openapi import operation_id
 from corral.server.routers import agent, cluster, events, jobs, monitoring, steps
 from corral.server.services.auth import JOB_KEY, TokenService, server_secret
 from corral.server.services.auth_cache import TokenCache
@@ -87,6 +89,7 @@ def create_app(ctx: Context, run_loop: bool = True) -> FastAPI:
         lifespan=lifespan,
         openapi_url=f"{API_PREFIX}/openapi.json",
         docs_url=f"{API_PREFIX}/docs",
+        generate_unique_id_function=operation_id,
     )
     app.state.ctx = ctx
     install_error_handlers(app)
@@ -101,10 +104,9 @@ def create_app(ctx: Context, run_loop: bool = True) -> FastAPI:
 
 
 def serve(settings: ServerSettings) -> None:
-    """Run the control plane in the foreground until SIGINT or SIGTERM."""
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    """Run the control plane in the foreground until SIGINT or SIGTERM (logging as
+    configured by the caller, e.g. ``corral server --log-format``; else INFO as text)."""
+    logging.basicConfig(level=logging.INFO, format=TEXT)  # (nothing once configured)
     ctx = build_context(settings)
     app = create_app(ctx)
     # Everything loaded so far (modules, schemas, the app) lives as long as the process:
@@ -119,12 +121,28 @@ def serve(settings: ServerSettings) -> None:
         host=settings.host,
         port=settings.port,
         log_level="warning",
+        log_config=None,  # uvicorn's records go through the root logger's format
         access_log=False,
         timeout_graceful_shutdown=5,
         ssl_certfile=settings.tls_cert,
         ssl_keyfile=settings.tls_key,
     )
-    _Server(config, on_exit=ctx.watch.close).run()
+    grpc_server = None
+    if settings.grpc_port:
+        from corral.server.grpc_api.server import start_grpc
+
+        grpc_server = start_grpc(ctx)
+
+    def on_exit() -> None:
+        ctx.watch.close()
+        if grpc_server is not None:
+            grpc_server.stop(grace=2)  # open streams end; unary calls get 2 s to finish
+
+    try:
+        _Server(config, on_exit=on_exit).run()
+    finally:
+        if grpc_server is not None:
+            grpc_server.stop(grace=None)
 
 
 class _Server(uvicorn.Server):

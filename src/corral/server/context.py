@@ -65,6 +65,7 @@ class ServerSettings:
 
     tls_cert: Path | None = None  # serve HTTPS with this certificate and key
     tls_key: Path | None = None
+    grpc_port: int | None = None  # also serve gRPC (corral.v1.Corral) on this port
 
 
 @dataclass

@@ -4,7 +4,9 @@
 gathering of every part's sha256. :func:`current` returns the :class:`Collective` of the
 process group this process is in (more than one rank), or None for a single process:
 
-- torch.distributed (gloo, NCCL, XLA): ``all_reduce`` MAX, ``barrier``, ``all_gather_object``;
+- torch.distributed (gloo, NCCL, XLA): ``all_reduce`` MAX, ``barrier``, ``all_gather`` of
+  each digest's 32 bytes (not ``all_gather_object``: that one needs NumPy, which torch does
+  not depend on; corral.train needs no NumPy);
 - JAX (after :func:`corral.train.init_jax_distributed` with more than one process):
   ``jax.experimental.multihost_utils.process_allgather`` and ``sync_global_devices``, which
   run on every process's devices (gloo between CPU processes).
@@ -40,17 +42,19 @@ class TorchCollective:
         self.rank = dist.get_rank()
         self.world_size = dist.get_world_size()
 
-    def any(self, flag: bool) -> bool:
-        torch = importlib.import_module("torch")
+    def _device(self) -> str:
+        """Where the backend wants the tensors of a collective."""
         backend = self.dist.get_backend()
         info = _env.current()
         if backend == "nccl":
-            device = info.device if info is not None and info.device.startswith("cuda") else "cuda"
-        elif backend == "xla" and info is not None:
-            device = info.device
-        else:
-            device = "cpu"
-        value = torch.tensor([1 if flag else 0], dtype=torch.int32, device=device)
+            return info.device if info is not None and info.device.startswith("cuda") else "cuda"
+        if backend == "xla" and info is not None:
+            return info.device
+        return "cpu"
+
+    def any(self, flag: bool) -> bool:
+        torch = importlib.import_module("torch")
+        value = torch.tensor([1 if flag else 0], dtype=torch.int32, device=self._device())
         self.dist.all_reduce(value, op=self.dist.ReduceOp.MAX)
         return bool(value.item())
 
@@ -58,9 +62,12 @@ class TorchCollective:
         self.dist.barrier()
 
     def gather_digests(self, digest: str) -> list[str]:
-        digests: list[Any] = [None] * self.world_size
-        self.dist.all_gather_object(digests, digest)
-        return [str(d) for d in digests]
+        torch = importlib.import_module("torch")
+        raw = list(bytes.fromhex(digest))  # a sha256: 32 bytes on every rank
+        mine = torch.tensor(raw, dtype=torch.uint8, device=self._device())
+        parts = [torch.empty_like(mine) for _ in range(self.world_size)]
+        self.dist.all_gather(parts, mine)
+        return [bytes(part.cpu().tolist()).hex() for part in parts]
 
 
 class JaxCollective:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 
 import pytest
 
@@ -34,3 +35,27 @@ def test_jax_single_process_uses_no_collectives() -> None:
     assert train.should_stop() is False
     train.request_stop()
     assert train.should_stop() is True
+
+
+def test_torch_collectives_gather_digests_without_numpy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    torch = pytest.importorskip("torch")
+    dist = torch.distributed
+    if not dist.is_available() or dist.is_initialized():
+        pytest.skip("no torch.distributed, or a process group already exists")
+
+    def no_numpy(*_args: object) -> None:
+        raise RuntimeError("Numpy is not available")  # as torch says without NumPy
+
+    monkeypatch.setattr(torch.Tensor, "numpy", no_numpy)  # all_gather_object needs it
+    dist.init_process_group(
+        "gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1
+    )
+    try:
+        group = collective.TorchCollective(dist)
+        digest = hashlib.sha256(b"part").hexdigest()
+        assert group.gather_digests(digest) == [digest]
+        assert group.any(True) is True and group.any(False) is False
+    finally:
+        dist.destroy_process_group()

@@ -17,14 +17,15 @@ from corral.server.audit import note
 from corral.server.context import Context
 from corral.server.db.models import TokenRow
 from corral.server.deps import context, joiner, node_agent
+from corral.server.openapi import AUTH, errors
 from corral.server.services.auth import TokenService
 from corral.server.services.nodes import NodeService
 
 router = APIRouter(prefix="/agent", tags=["agent"])
 
 
-@router.post("/register", response_model=RegisterResponse)
-def register(
+@router.post("/register", response_model=RegisterResponse, responses=errors(*AUTH, 400, 422))
+def register_node(
     body: RegisterRequest,
     request: Request,
     ctx: Context = Depends(context),
@@ -44,8 +45,8 @@ def register(
     )
 
 
-@router.post("/sync", response_model=SyncResponse)
-def sync(
+@router.post("/sync", response_model=SyncResponse, responses=errors(*AUTH, 400, 404, 409, 422))
+def sync_node(
     body: SyncRequest, ctx: Context = Depends(context), token: TokenRow = Depends(node_agent)
 ) -> SyncResponse:
     if token.node != body.node:
@@ -53,8 +54,8 @@ def sync(
     return NodeService(ctx).sync(body)
 
 
-@router.get("/watch", response_model=WatchResponse)
-async def watch(
+@router.get("/watch", response_model=WatchResponse, responses=errors(*AUTH, 422))
+async def watch_node(
     node: SafeStr,
     since: int = Query(-1, description="the version the agent last saw"),
     timeout: float = Query(30.0, ge=0, le=300),

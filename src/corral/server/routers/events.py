@@ -13,15 +13,16 @@ from corral.schemas.common import SafeStr
 from corral.server.context import Context
 from corral.server.db.models import TokenRow
 from corral.server.deps import context, owner_of, user
-from corral.server.services.events import event_stream, last_event_id, list_events
+from corral.server.openapi import AUTH, errors, event_stream_response
+from corral.server.services.events import event_page, event_stream, last_event_id
 
 router = APIRouter(prefix="/events", tags=["events"])
 Entity = Literal["job", "node"]
 MAX_ID = 2**63 - 1  # what the database stores
 
 
-@router.get("", response_model=EventList)
-def events(
+@router.get("", response_model=EventList, responses=errors(*AUTH, 422))
+def list_events(
     since_id: int | None = Query(None, ge=0, le=MAX_ID, description="events after this id"),
     limit: int = Query(100, ge=1, le=10_000),
     entity: Entity | None = None,
@@ -30,15 +31,19 @@ def events(
     token: TokenRow = Depends(user),
 ) -> EventList:
     """Events after ``since_id`` (oldest first); without it, the latest ``limit``. A user
-    sees node events and their own jobs' events; an admin, all."""
+    sees node events and their own jobs' events; an admin, all. ``has_more``: more match
+    past this page (read on with ``since_id``: the last id here)."""
     latest = since_id is None
     owner = owner_of(token)
-    found = list_events(ctx, since_id or 0, limit, entity, entity_id, latest, owner)
-    return EventList(events=found)
+    return event_page(ctx, since_id or 0, limit, entity, entity_id, latest, owner)
 
 
-@router.get("/stream")
-async def stream(
+@router.get(
+    "/stream",
+    response_class=StreamingResponse,
+    responses={200: event_stream_response("EventItem"), **errors(*AUTH, 422)},
+)
+async def stream_events(
     request: Request,
     since_id: int | None = Query(None, ge=0, le=MAX_ID, description="replay events after this id"),
     entity: Entity | None = None,

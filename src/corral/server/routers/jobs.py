@@ -13,13 +13,14 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
 
 from corral.errors import PermissionDeniedError
-from corral.schemas.api import AdviceOut, CheckpointIn, JobList, JobOut, LogOut
+from corral.schemas.api import MAX_JOB_PAGE, AdviceOut, CheckpointIn, JobList, JobOut, LogOut
 from corral.schemas.common import SafeStr
 from corral.schemas.manifest import JobManifest
 from corral.server.audit import note
 from corral.server.context import Context
 from corral.server.db.models import TokenRow
 from corral.server.deps import context, job_caller, owner_of, user
+from corral.server.openapi import AUTH, errors
 from corral.server.services.advice import job_advice
 from corral.server.services.jobs import JobService
 
@@ -74,8 +75,16 @@ def _as_job(ctx: Context, job_id: int, caller: tuple[int, TokenRow | None]) -> J
     return service
 
 
-@router.post("", status_code=201, response_model=JobOut)
-async def submit(
+@router.post(
+    "",
+    status_code=201,
+    response_model=JobOut,
+    responses={
+        200: {"model": JobOut, "description": "A replayed `Idempotency-Key`: the job it created."},
+        **errors(*AUTH, 400, 409, 413, 422, 429),
+    },
+)
+async def submit_job(
     manifest: JobManifest,
     request: Request,
     response: Response,
@@ -100,26 +109,33 @@ async def submit(
     return job
 
 
-@router.get("", response_model=JobList)
+@router.get("", response_model=JobList, responses=errors(*AUTH, 422))
 def list_jobs(
     all: bool = Query(False, description="include ended jobs"),
     queue: SafeStr | None = Query(None, max_length=253),
     state: SafeStr | None = Query(None, max_length=16),
-    limit: int = Query(1000, ge=1, le=100_000),
+    limit: int = Query(1000, ge=1, le=MAX_JOB_PAGE, description="page size: the newest this many"),
     group_arrays: bool = Query(
         False, description="one row per job array (its elements counted by state)"
     ),
+    before: int | None = Query(
+        None, ge=1, le=MAX_INT, description="the cursor: only jobs (arrays) with a lower id"
+    ),
+    count: bool = Query(False, description="also count the older matching rows (remaining)"),
     ctx: Context = Depends(context),
     token: TokenRow = Depends(user),
 ) -> JobList:
     """The caller's jobs (an admin's: everyone's), one row per job; with ``group_arrays``,
-    one row per job array (``ArrayOut`` in ``array``) instead of one per element."""
+    one row per job array (``ArrayOut`` in ``array``) instead of one per element.
+
+    A page: the newest ``limit`` rows below ``before``, oldest first. While ``has_more``,
+    pass ``next`` as ``before`` for the next (older) page; new jobs never shift a page."""
     service = JobService(ctx)
-    found = service.list(all, queue, state, limit, user=owner_of(token), group_arrays=group_arrays)
-    return JobList(jobs=found)
+    owner = owner_of(token)
+    return service.page(all, queue, state, limit, owner, group_arrays, before, count)
 
 
-@router.get("/{job_id}", response_model=JobOut)
+@router.get("/{job_id}", response_model=JobOut, responses=errors(*AUTH, 404, 422))
 def get_job(
     job_id: JobRef, ctx: Context = Depends(context), token: TokenRow = Depends(user)
 ) -> JobOut:
@@ -128,8 +144,8 @@ def get_job(
     return service.get(number)
 
 
-@router.get("/{job_id}/advice", response_model=AdviceOut)
-def advice(
+@router.get("/{job_id}/advice", response_model=AdviceOut, responses=errors(*AUTH, 404, 422))
+def get_job_advice(
     job_id: JobRef, ctx: Context = Depends(context), token: TokenRow = Depends(user)
 ) -> AdviceOut:
     """What would let a pending job start sooner, from the cluster's state now."""
@@ -137,8 +153,8 @@ def advice(
     return job_advice(ctx, number)
 
 
-@router.post("/{job_id}/cancel", response_model=JobOut)
-def cancel(
+@router.post("/{job_id}/cancel", response_model=JobOut, responses=errors(*AUTH, 404, 409, 413, 422))
+def cancel_job(
     job_id: JobRef, ctx: Context = Depends(context), token: TokenRow = Depends(user)
 ) -> JobOut:
     """Cancel a job; an array's id cancels every element not ended yet."""
@@ -146,8 +162,8 @@ def cancel(
     return service.act(job_id, number, "cancel")
 
 
-@router.post("/{job_id}/hold", response_model=JobOut)
-def hold(
+@router.post("/{job_id}/hold", response_model=JobOut, responses=errors(*AUTH, 404, 409, 413, 422))
+def hold_job(
     job_id: JobRef, ctx: Context = Depends(context), token: TokenRow = Depends(user)
 ) -> JobOut:
     """Keep a pending job from being scheduled (reason ``held``) until released; an
@@ -156,8 +172,10 @@ def hold(
     return service.act(job_id, number, "hold")
 
 
-@router.post("/{job_id}/release", response_model=JobOut)
-def release(
+@router.post(
+    "/{job_id}/release", response_model=JobOut, responses=errors(*AUTH, 404, 409, 413, 422)
+)
+def release_job(
     job_id: JobRef, ctx: Context = Depends(context), token: TokenRow = Depends(user)
 ) -> JobOut:
     """Let a held job be scheduled again; an array's id releases every held element."""
@@ -165,16 +183,22 @@ def release(
     return service.act(job_id, number, "release")
 
 
-@router.post("/{job_id}/preempt", response_model=JobOut)
-def preempt(
+@router.post(
+    "/{job_id}/preempt", response_model=JobOut, responses=errors(*AUTH, 404, 409, 413, 422)
+)
+def preempt_job(
     job_id: JobRef, ctx: Context = Depends(context), token: TokenRow = Depends(user)
 ) -> JobOut:
     service, number = _named(ctx, job_id, token)
     return service.preempt(number)
 
 
-@router.post("/{job_id}/checkpoint", response_model=JobOut)
-def checkpoint(
+@router.post(
+    "/{job_id}/checkpoint",
+    response_model=JobOut,
+    responses=errors(*AUTH, 400, 404, 409, 413, 422),
+)
+def report_checkpoint(
     job_id: JobId,
     body: CheckpointIn,
     ctx: Context = Depends(context),
@@ -185,8 +209,8 @@ def checkpoint(
     return _as_job(ctx, job_id, caller).checkpoint(job_id, body.step, body.path)
 
 
-@router.get("/{job_id}/logs", response_model=LogOut)
-def logs(
+@router.get("/{job_id}/logs", response_model=LogOut, responses=errors(*AUTH, 404, 422))
+def get_job_logs(
     job_id: JobId,
     task: int = Query(0, ge=0, le=MAX_INT),
     attempt: int | None = Query(None, ge=0, le=MAX_INT),

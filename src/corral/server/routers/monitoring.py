@@ -13,6 +13,7 @@ from corral.schemas.common import SafeStr
 from corral.server.context import Context
 from corral.server.db.models import TokenRow
 from corral.server.deps import context, owner_of, user
+from corral.server.openapi import AUTH, errors
 from corral.server.services.jobs import JobService
 from corral.server.services.nodes import NodeService
 from corral.server.services.telemetry import job_telemetry, node_telemetry
@@ -20,10 +21,19 @@ from corral.server.services.usage import usage as usage_report
 
 router = APIRouter()
 metrics_router = APIRouter()
+PROMETHEUS_TEXT = {
+    "description": "The Prometheus text exposition format.",
+    "content": {"text/plain": {"schema": {"type": "string"}}},
+}
 
 
-@router.get("/nodes/{name}/telemetry", response_model=TelemetryOut, tags=["nodes"])
-def node_samples(
+@router.get(
+    "/nodes/{name}/telemetry",
+    response_model=TelemetryOut,
+    tags=["nodes"],
+    responses=errors(*AUTH, 404, 422),
+)
+def get_node_telemetry(
     name: Annotated[SafeStr, Path(max_length=253)],
     since: float = Query(0.0, description="samples taken after this time (epoch seconds)"),
     ctx: Context = Depends(context),
@@ -35,8 +45,13 @@ def node_samples(
     return TelemetryOut(samples=node_telemetry(ctx, name, since, owner_of(token)))
 
 
-@router.get("/jobs/{job_id}/telemetry", response_model=TelemetryOut, tags=["jobs"])
-def job_samples(
+@router.get(
+    "/jobs/{job_id}/telemetry",
+    response_model=TelemetryOut,
+    tags=["jobs"],
+    responses=errors(*AUTH, 404, 422),
+)
+def get_job_telemetry(
     job_id: int,
     since: float = Query(0.0, description="samples taken after this time (epoch seconds)"),
     ctx: Context = Depends(context),
@@ -47,8 +62,8 @@ def job_samples(
     return TelemetryOut(samples=job_telemetry(ctx, job_id, since))
 
 
-@router.get("/usage", response_model=UsageOut, tags=["accounting"])
-def usage(
+@router.get("/usage", response_model=UsageOut, tags=["accounting"], responses=errors(*AUTH, 422))
+def get_usage(
     by: Literal["queue", "user", "job"] = "queue",
     since: float | None = Query(None, description="window start (epoch seconds); default: all"),
     until: float | None = Query(None, description="window end (epoch seconds); default: now"),
@@ -60,8 +75,13 @@ def usage(
     return usage_report(ctx, by, since, until, owner_of(token))
 
 
-@metrics_router.get("/metrics", tags=["monitoring"], response_class=Response)
-def metrics(ctx: Context = Depends(context), _: TokenRow = Depends(user)) -> Response:
+@metrics_router.get(
+    "/metrics",
+    tags=["monitoring"],
+    response_class=Response,
+    responses={200: PROMETHEUS_TEXT, **errors(*AUTH)},
+)
+def get_metrics(ctx: Context = Depends(context), _: TokenRow = Depends(user)) -> Response:
     """Prometheus text format (scrape with a bearer token). Aggregates only (per queue,
     node, GPU model and GPU), so any user or admin token may read them."""
     return Response(ctx.metrics.render(), media_type=CONTENT_TYPE_LATEST)

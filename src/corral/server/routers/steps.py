@@ -13,6 +13,7 @@ from corral.server.audit import note
 from corral.server.context import Context
 from corral.server.db.models import TokenRow
 from corral.server.deps import context, job_caller, owner_of
+from corral.server.openapi import AUTH, errors
 from corral.server.services.jobs import JobService
 from corral.server.services.steps import MAX_STEPS, StepService
 
@@ -47,7 +48,12 @@ def _attempt(caller: Caller, asked: int | None) -> int | None:
     return attempt if token is None else asked
 
 
-@router.post("/{job_id}/steps", status_code=201, response_model=StepOut)
+@router.post(
+    "/{job_id}/steps",
+    status_code=201,
+    response_model=StepOut,
+    responses=errors(*AUTH, 400, 404, 409, 413, 422, 429),
+)
 def create_step(
     job_id: JobId,
     body: StepIn,
@@ -65,7 +71,7 @@ def create_step(
     return step
 
 
-@router.get("/{job_id}/steps", response_model=StepList)
+@router.get("/{job_id}/steps", response_model=StepList, responses=errors(*AUTH, 404, 422))
 def list_steps(
     job_id: JobId,
     attempt: Attempt = None,
@@ -77,7 +83,7 @@ def list_steps(
     return StepList(steps=StepService(ctx).list(job_id, _attempt(caller, attempt), limit))
 
 
-@router.get("/{job_id}/steps/{step}", response_model=StepOut)
+@router.get("/{job_id}/steps/{step}", response_model=StepOut, responses=errors(*AUTH, 404, 422))
 def get_step(
     job_id: JobId,
     step: StepNumber,
@@ -89,7 +95,11 @@ def get_step(
     return StepService(ctx).get(job_id, step, _attempt(caller, attempt))
 
 
-@router.post("/{job_id}/steps/{step}/cancel", response_model=StepOut)
+@router.post(
+    "/{job_id}/steps/{step}/cancel",
+    response_model=StepOut,
+    responses=errors(*AUTH, 404, 413, 422),
+)
 def cancel_step(
     job_id: JobId,
     step: StepNumber,

@@ -264,12 +264,20 @@ def _update_pending(
 # -- listing ------------------------------------------------------------------------------
 
 
-def grouped_keys(session: Session, where: Sequence[Any], limit: int) -> list[int]:
+def group_key() -> Any:
+    """A job's key in a grouped listing: its array's id, or its own."""
+    return func.coalesce(JobRow.array_job_id, JobRow.id)
+
+
+def grouped_keys(
+    session: Session, where: Sequence[Any], limit: int, before: int | None = None
+) -> list[int]:
     """The newest ``limit`` jobs and arrays (an array by its id) with a row matching
-    ``where``, oldest first."""
-    key = func.coalesce(JobRow.array_job_id, JobRow.id)
-    query = select(key).where(*where).group_by(key).order_by(key.desc()).limit(limit)
-    return sorted(k for (k,) in session.execute(query))
+    ``where`` (and a key below ``before``), oldest first."""
+    key = group_key()
+    cursor = [] if before is None else [key < before]
+    query = select(key).where(*where, *cursor).group_by(key).order_by(key.desc())
+    return sorted(k for (k,) in session.execute(query.limit(limit)))
 
 
 def array_rows(session: Session, array_ids: Sequence[int]) -> dict[int, dict[str, Any]]:

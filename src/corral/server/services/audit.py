@@ -24,7 +24,7 @@ from sqlalchemy import insert, select
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
-from corral.schemas.api import AuditOut
+from corral.schemas.api import AuditList, AuditOut
 from corral.server.db.models import AuditRow
 from corral.server.errors import transient
 
@@ -140,20 +140,39 @@ class AuditWriter:
             self._store([entry])
 
 
+def audit_page(
+    ctx: Context,
+    user: str | None = None,
+    since: float | None = None,
+    limit: int = 100,
+    before: int | None = None,
+) -> AuditList:
+    """:func:`list_audit`'s entries, saying whether older ones exist (``has_more``) and
+    the cursor that asks for them (``next``: pass it as ``before``)."""
+    found = list_audit(ctx, user, since, limit + 1, before)
+    more = len(found) > limit
+    found = found[1:] if more else found
+    return AuditList(entries=found, has_more=more, next=found[0].id if more else None)
+
+
 def list_audit(
     ctx: Context,
     user: str | None = None,
     since: float | None = None,
     limit: int = 100,
+    before: int | None = None,
 ) -> list[AuditOut]:
-    """The newest ``limit`` entries, oldest first; optionally only ``user``'s, at or after
-    ``since``. Includes every call this replica answered before."""
+    """The newest ``limit`` entries (with an id below ``before``), oldest first;
+    optionally only ``user``'s, at or after ``since``. Includes every call this replica
+    answered before."""
     ctx.audit.flush()
     query = select(AuditRow)
     if user is not None:
         query = query.where(AuditRow.user == user)
     if since is not None:
         query = query.where(AuditRow.at >= since)
+    if before is not None:
+        query = query.where(AuditRow.id < before)
     query = query.order_by(AuditRow.id.desc()).limit(limit)
     with ctx.sessions() as session:
         rows = list(session.scalars(query))

@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 from sqlalchemy import String, cast, or_, select
 
-from corral.schemas.api import EventItem
+from corral.schemas.api import EventItem, EventList
 from corral.server.context import Context
 from corral.server.db.models import EventRow, JobRow
 
@@ -73,6 +73,24 @@ def list_events(
         ]
 
 
+def event_page(
+    ctx: Context,
+    since_id: int = 0,
+    limit: int = 100,
+    entity: str | None = None,
+    entity_id: str | None = None,
+    latest: bool = False,
+    owner: str | None = None,
+) -> EventList:
+    """:func:`list_events`' events, saying whether more match past them (``has_more``:
+    after the last one, or with ``latest`` before the first)."""
+    found = list_events(ctx, since_id, limit + 1, entity, entity_id, latest, owner)
+    more = len(found) > limit
+    if more:
+        found = found[1:] if latest else found[:limit]
+    return EventList(events=found, has_more=more)
+
+
 def last_event_id(ctx: Context) -> int:
     with ctx.sessions() as session:
         return session.scalar(select(EventRow.id).order_by(EventRow.id.desc()).limit(1)) or 0
@@ -91,24 +109,39 @@ async def event_stream(
     holes = IdHoles(ctx.settings.event_gap_wait)
     yield "retry: 2000\n\n"
     while not ctx.watch.closed and not await disconnected():
-        ids = await asyncio.to_thread(_ids_after, ctx, last)
-        safe = holes.safe(last, ids, time.monotonic())
-        events = []
-        if safe > last:
-            events = await asyncio.to_thread(
-                list_events, ctx, last, STREAM_BATCH, entity, entity_id, False, owner, safe
-            )
-            last = events[-1].id if len(events) == STREAM_BATCH else safe
-            if events or len(ids) == STREAM_BATCH:
-                quiet = 0.0  # more may be there already: read on at once
-                for event in events:
-                    yield f"id: {event.id}\ndata: {event.model_dump_json()}\n\n"
-                continue
+        events, last, more = await asyncio.to_thread(
+            next_events, ctx, last, holes, entity, entity_id, owner
+        )
+        if more:
+            quiet = 0.0  # more may be there already: read on at once
+            for event in events:
+                yield f"id: {event.id}\ndata: {event.model_dump_json()}\n\n"
+            continue
         await asyncio.sleep(POLL_SECONDS)
         quiet += POLL_SECONDS
         if quiet >= ctx.settings.sse_keepalive:
             quiet = 0.0
             yield ": keep-alive\n\n"
+
+
+def next_events(
+    ctx: Context,
+    last: int,
+    holes: IdHoles,
+    entity: str | None = None,
+    entity_id: str | None = None,
+    owner: str | None = None,
+) -> tuple[list[EventItem], int, bool]:
+    """One read of a stream (SSE here, gRPC's ``WatchEvents``): the events after ``last``
+    that may be passed (see ``IdHoles``), the id to read on from, and whether to read
+    again at once (more may be there) rather than after ``POLL_SECONDS``."""
+    ids = _ids_after(ctx, last)
+    safe = holes.safe(last, ids, time.monotonic())
+    if safe <= last:
+        return [], last, False
+    events = list_events(ctx, last, STREAM_BATCH, entity, entity_id, False, owner, safe)
+    after = events[-1].id if len(events) == STREAM_BATCH else safe
+    return events, after, bool(events) or len(ids) == STREAM_BATCH
 
 
 def _ids_after(ctx: Context, last: int) -> list[int]:

@@ -3,13 +3,13 @@ a whole array is cancelled, held or released by its id (``services.arrays``)."""
 
 from __future__ import annotations
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from corral.core.job import JobState
 from corral.core.lifecycle import Transition
 from corral.errors import ConflictError, NotFoundError
-from corral.schemas.api import JobOut, LogOut
+from corral.schemas.api import JobList, JobOut, LogOut
 from corral.schemas.manifest import JobManifest
 from corral.schemas.steps import FINAL_STEP_TASK_STATES
 from corral.server.context import Context
@@ -95,10 +95,27 @@ class JobService:
         limit: int = 1000,
         user: str | None = None,
         group_arrays: bool = False,
+        before: int | None = None,
     ) -> list[JobOut]:
-        """Jobs, oldest first; only ``user``'s when given. With ``group_arrays``, a job
-        array is one row (``arrays.as_array_row``) when any element matches, counted
-        as one against ``limit``."""
+        """The newest ``limit`` jobs (below ``before``), oldest first: :meth:`page`'s."""
+        return self.page(include_done, queue, state, limit, user, group_arrays, before).jobs
+
+    def page(
+        self,
+        include_done: bool = False,
+        queue: str | None = None,
+        state: str | None = None,
+        limit: int = 1000,
+        user: str | None = None,
+        group_arrays: bool = False,
+        before: int | None = None,
+        count: bool = False,
+    ) -> JobList:
+        """The newest ``limit`` jobs with an id below ``before`` (the cursor), oldest
+        first; only ``user``'s when given. With ``group_arrays``, a job array is one row
+        (``arrays.as_array_row``, its key the array's id) when any element matches,
+        counted as one against ``limit``. Says whether older rows exist, the cursor
+        that asks for them, and (``count``) how many there are."""
         where = []
         if user is not None:
             where.append(JobRow.user == user)
@@ -108,16 +125,29 @@ class JobService:
             where.append(JobRow.state.in_(ACTIVE_STATES))
         if queue:
             where.append(JobRow.queue == queue)
+        key = arrays.group_key() if group_arrays else JobRow.id
         with self.ctx.sessions() as session:
             if group_arrays:
-                return self._grouped(session, where, limit)
-            query = select(JobRow).where(*where).order_by(JobRow.id.desc()).limit(limit)
-            rows = list(session.scalars(query))
-            tasks = self._tasks(session, [r.id for r in rows])
-        return [job_out(r, tasks.get(r.id, ())) for r in reversed(rows)]
+                keys = arrays.grouped_keys(session, where, limit + 1, before)
+                more = len(keys) > limit
+                keys = keys[1:] if more else keys  # the extra one is the oldest
+                jobs = self._grouped(session, keys)
+            else:
+                cursor = [] if before is None else [JobRow.id < before]
+                query = select(JobRow).where(*where, *cursor).order_by(JobRow.id.desc())
+                rows = list(session.scalars(query.limit(limit + 1)))
+                more = len(rows) > limit
+                rows = rows[:limit]
+                tasks = self._tasks(session, [r.id for r in rows])
+                jobs = [job_out(r, tasks.get(r.id, ())) for r in reversed(rows)]
+            after = jobs[0].id if more else None
+            remaining = 0 if count else None
+            if count and after is not None:
+                counted = select(func.count(func.distinct(key))).where(*where, key < after)
+                remaining = session.scalar(counted)
+        return JobList(jobs=jobs, has_more=more, next=after, remaining=remaining)
 
-    def _grouped(self, session: Session, where: list, limit: int) -> list[JobOut]:
-        keys = arrays.grouped_keys(session, where, limit)
+    def _grouped(self, session: Session, keys: list[int]) -> list[JobOut]:
         rows = list(session.scalars(select(JobRow).where(JobRow.id.in_(keys))))
         whole = [r.id for r in rows if r.array_job_id == r.id and r.manifest.get("array")]
         seen = arrays.array_rows(session, whole)

@@ -21,14 +21,19 @@ from corral.errors import (
     PermissionDeniedError,
     ValidationError,
 )
-from corral.schemas.steps import FINAL_STEP_TASK_STATES, StepIn, StepOut, StepTaskOut
+from corral.schemas.steps import (
+    FINAL_STEP_TASK_STATES,
+    MAX_STEPS,
+    StepIn,
+    StepOut,
+    StepTaskOut,
+)
 from corral.server.context import Context
 from corral.server.db.models import JobRow, NodeRow, StepRow, StepTaskRow, TaskRow
 from corral.server.services.nodes import LIVE_TASK_STATES
 from corral.server.services.transitions import lock_job
 
 NUMBERING_TRIES = 20  # a step's number taken by a concurrent creation: numbered again
-MAX_STEPS = 10_000  # steps per attempt of a job
 MAX_STEP_TASKS = 65_536  # tasks in one step
 MAX_ATTEMPT_STEP_TASKS = 1_000_000  # step tasks in one attempt of a job
 LOST_EXIT_CODE = 1  # what a step task lost without an exit code counts as
