@@ -249,9 +249,156 @@ def test_the_cli_works_the_same_over_grpc(server: Server) -> None:
         )
         assert over_grpc.returncode == 0, over_grpc.stderr
         assert over_grpc.stdout == over_rest.stdout
-    unsupported = _corral(server, server.grpc_url, "token", "list")
+    unsupported = _corral(server, server.grpc_url, "audit")
     assert unsupported.returncode == 1 and "Traceback" not in unsupported.stderr
     assert "not available over gRPC" in unsupported.stderr
+
+
+def test_node_administration_over_grpc(server: Server) -> None:
+    FakeHardwareAgent(server, "node-a")
+    FakeHardwareAgent(server, "node-b")
+    stub, rest = _stub(server), server.client()
+    over_grpc = Client(server.grpc_url, server.admin_token)
+    drained = over_grpc.drain("node-a")
+    assert drained.state == "draining" and drained == rest.nodes()[0]
+    assert over_grpc.drain("node-a") == rest.drain("node-a")  # a second drain: the same
+    undrained = over_grpc.undrain("node-a")
+    assert undrained.state == "ready" and undrained == rest.nodes()[0]
+    assert rest.undrain("node-a") == over_grpc.undrain("node-a")
+    before = server.ctx.clock()
+    notice = over_grpc.notice("node-b", 30)
+    assert notice.nodes == ["node-b"] and before + 30 <= notice.leave_at <= before + 40
+    again = rest.notice("node-b", 30)
+    assert again.nodes == notice.nodes and abs(again.leave_at - notice.leave_at) < 10
+    assert over_grpc.nodes() == rest.nodes() and rest.nodes()[1].state == "draining"
+    alice = _user(server, "alice")
+    for call in (stub.DrainNode, stub.UndrainNode):
+        assert _refusal(call, pb.NodeRequest(name="node-a"), alice) == (
+            grpc.StatusCode.PERMISSION_DENIED,
+            "this needs an admin token",
+        )
+    refused = _refusal(stub.NoticeNode, pb.NoticeRequest(name="node-a", deadline=5), alice)
+    assert refused[0] == grpc.StatusCode.PERMISSION_DENIED
+    for address in (server.url, server.grpc_url):
+        with pytest.raises(PermissionDeniedError):
+            Client(address, alice).drain("node-a")
+    assert rest.nodes()[0].state == "ready"  # alice's drain did nothing
+    admin = server.admin_token
+    code, message = _refusal(stub.DrainNode, pb.NodeRequest(name="nope"), admin)
+    with pytest.raises(NotFoundError) as missing:
+        rest.drain("nope")
+    assert (code, message) == (grpc.StatusCode.NOT_FOUND, missing.value.message)
+    with server.http(admin) as http:
+        for name, deadline in (("node-a", -1.0), ("node-a", 86401.0), ("a\0b", 5.0)):
+            answer = http.post(
+                f"/nodes/{name.replace(chr(0), '%00')}/notice", json={"deadline": deadline}
+            )
+            assert answer.status_code == 422, answer.text
+            request = pb.NoticeRequest(name=name, deadline=deadline)
+            assert _refusal(stub.NoticeNode, request, admin) == (
+                grpc.StatusCode.INVALID_ARGUMENT,
+                answer.json()["message"],
+            )
+        answer = http.post("/nodes/node-a/notice", json={})
+        assert _refusal(stub.NoticeNode, pb.NoticeRequest(name="node-a"), admin) == (
+            grpc.StatusCode.INVALID_ARGUMENT,
+            answer.json()["message"],
+        )
+    assert rest.nodes()[0].state == "ready"
+    audit = [(e.method, e.path, e.target, e.status) for e in rest.audit()]
+    assert ("GRPC", "/corral.v1.Corral/DrainNode", "node-a", 200) in audit
+    assert ("POST", "/api/v1/nodes/node-a/drain", "node-a", 200) in audit
+    assert ("GRPC", "/corral.v1.Corral/UndrainNode", "node-a", 200) in audit
+    assert ("GRPC", "/corral.v1.Corral/NoticeNode", "node-b", 200) in audit
+    assert ("GRPC", "/corral.v1.Corral/DrainNode", "node-a", 403) in audit
+    assert ("POST", "/api/v1/nodes/node-a/drain", "node-a", 403) in audit
+    assert ("GRPC", "/corral.v1.Corral/DrainNode", "nope", 404) in audit
+
+
+def test_tokens_over_grpc(server: Server) -> None:
+    stub, rest = _stub(server), server.client()
+    over_grpc = Client(server.grpc_url, server.admin_token)
+    alice = over_grpc.create_token("alice", unix_user="al")
+    assert alice.token and (alice.user, alice.role, alice.unix_user) == ("alice", "user", "al")
+    bob = rest.create_token("bob", role="admin")
+    assert over_grpc.tokens() == rest.tokens()
+    assert [t.user for t in rest.tokens()][-2:] == ["alice", "bob"]
+    assert all(t.token is None for t in over_grpc.tokens())  # the secret: only once
+    as_alice = Client(server.grpc_url, alice.token), Client(server.url, alice.token)
+    assert as_alice[0].tokens() == as_alice[1].tokens()
+    assert [t.id for t in as_alice[0].tokens()] == [alice.id]  # a user: their own
+    for client in as_alice:  # another user's token: not found, as over REST
+        with pytest.raises(NotFoundError):
+            client.revoke_token(bob.id)
+        with pytest.raises(PermissionDeniedError):  # creating one needs an admin
+            client.create_token("eve")
+    code, message = _refusal(stub.RevokeToken, pb.TokenRequest(token_id=bob.id), alice.token)
+    with pytest.raises(NotFoundError) as rest_refusal:
+        as_alice[1].revoke_token(bob.id)
+    assert (code, message) == (grpc.StatusCode.NOT_FOUND, rest_refusal.value.message)
+    revoked = over_grpc.revoke_token(bob.id)
+    assert revoked.revoked_at is not None and revoked == rest.tokens()[-1]
+    assert rest.revoke_token(bob.id) == over_grpc.revoke_token(bob.id)
+    with server.http(server.admin_token) as http:
+        for body, request in (
+            ({"user": ""}, pb.CreateTokenRequest(user="")),
+            ({"user": "x", "role": "root"}, pb.CreateTokenRequest(user="x", role="root")),
+            ({"user": "x", "unix_user": "a b"}, pb.CreateTokenRequest(user="x", unix_user="a b")),
+            ({"user": "x\0"}, pb.CreateTokenRequest(user="x\0")),
+        ):
+            answer = http.post("/tokens", json=body)
+            assert answer.status_code == 422, answer.text
+            assert _refusal(stub.CreateToken, request, server.admin_token) == (
+                grpc.StatusCode.INVALID_ARGUMENT,
+                answer.json()["message"],
+            )
+        answer = http.delete("/tokens/0")
+        assert answer.status_code == 422, answer.text
+        assert _refusal(stub.RevokeToken, pb.TokenRequest(token_id=0), server.admin_token) == (
+            grpc.StatusCode.INVALID_ARGUMENT,
+            answer.json()["message"],
+        )
+    mine = as_alice[0].revoke_token(alice.id)  # a user revokes their own
+    assert mine.revoked_at is not None
+    with pytest.raises(AuthenticationError):
+        as_alice[0].tokens()
+    audit = [(e.method, e.path, e.target, e.status) for e in rest.audit()]
+    assert ("GRPC", "/corral.v1.Corral/CreateToken", str(alice.id), 201) in audit
+    assert ("POST", "/api/v1/tokens", str(bob.id), 201) in audit
+    assert ("GRPC", "/corral.v1.Corral/RevokeToken", str(bob.id), 200) in audit
+    assert ("DELETE", f"/api/v1/tokens/{bob.id}", str(bob.id), 200) in audit
+    assert ("GRPC", "/corral.v1.Corral/RevokeToken", str(bob.id), 404) in audit
+    assert ("GRPC", "/corral.v1.Corral/CreateToken", None, 403) in audit
+
+
+def test_admin_commands_over_grpc(server: Server) -> None:
+    assert server.grpc_url is not None
+    FakeHardwareAgent(server, "node-a")
+    for args in (
+        ("drain", "node-a", "-o", "json"),
+        ("drain", "node-a"),
+        ("undrain", "node-a", "-o", "json"),
+        ("undrain", "node-a"),
+        ("node", "notice", "node-a", "--deadline", "1m"),
+        ("token", "list", "-o", "json"),
+        ("token", "list"),
+    ):
+        over_grpc = _corral(server, server.grpc_url, *args)
+        over_rest = _corral(server, server.url, *args)
+        assert over_grpc.returncode == 0, over_grpc.stderr
+        assert over_grpc.stdout == over_rest.stdout, args
+    created = _corral(server, server.grpc_url, "token", "create", "--user", "carol", "-o", "json")
+    assert created.returncode == 0, created.stderr
+    carol = json.loads(created.stdout)
+    assert carol["user"] == "carol" and carol["token"]
+    assert Client(server.url, carol["token"]).whoami().user == "carol"
+    revoked = _corral(server, server.grpc_url, "token", "revoke", str(carol["id"]))
+    assert revoked.returncode == 0, revoked.stderr
+    assert server.client().tokens()[-1].revoked_at is not None
+    listed = [
+        _corral(server, a, "token", "list", "-o", "json") for a in (server.grpc_url, server.url)
+    ]
+    assert listed[0].stdout == listed[1].stdout and str(carol["id"]) in listed[0].stdout
 
 
 def test_grpcs_with_the_rest_servers_certificate(tmp_path: Path) -> None:

@@ -67,11 +67,34 @@ def _with(message: type[Message]) -> Build:
     return lambda _path, params, *_: message(**params)
 
 
+def _node(path: dict[str, str], *_: Any) -> pb.NodeRequest:
+    return pb.NodeRequest(name=path["name"])
+
+
+def _notice(path: dict[str, str], _: dict, body: Any, *__: Any) -> pb.NoticeRequest:
+    return pb.NoticeRequest(name=path["name"], **(body or {}))
+
+
+def _create_token(_: dict, __: dict, body: Any, *___: Any) -> pb.CreateTokenRequest:
+    return pb.CreateTokenRequest(**(body or {}))
+
+
+def _token(path: dict[str, str], *_: Any) -> pb.TokenRequest:
+    try:
+        token_id = int(path["token"])
+    except ValueError:
+        raise ValidationError(
+            "token_id: Input should be a valid integer, unable to parse string as an integer"
+        ) from None
+    return pb.TokenRequest(token_id=token_id)
+
+
 def _empty(*_: Any) -> Empty:
     return Empty()
 
 
 JOB = r"(?P<job>[^/]+)"
+NODE = r"(?P<name>[^/]+)"
 # (method, path pattern, RPC, request builder): the REST calls the gRPC API answers.
 ROUTES: list[tuple[str, str, str, Build]] = [
     ("POST", "/jobs", "SubmitJob", _submit),
@@ -84,10 +107,16 @@ ROUTES: list[tuple[str, str, str, Build]] = [
     ("POST", f"/jobs/{JOB}/release", "ReleaseJob", _ref),
     ("GET", f"/jobs/{JOB}/logs", "GetLogs", _logs),
     ("GET", "/nodes", "ListNodes", _empty),
-    ("GET", "/nodes/(?P<name>[^/]+)", "GetNode", lambda p, *_: pb.NodeRequest(name=p["name"])),
+    ("GET", f"/nodes/{NODE}", "GetNode", _node),
+    ("POST", f"/nodes/{NODE}/drain", "DrainNode", _node),
+    ("POST", f"/nodes/{NODE}/undrain", "UndrainNode", _node),
+    ("POST", f"/nodes/{NODE}/notice", "NoticeNode", _notice),
     ("GET", "/queues", "ListQueues", _empty),
     ("GET", "/pools", "ListPools", _empty),
     ("GET", "/events", "ListEvents", _with(pb.ListEventsRequest)),
+    ("POST", "/tokens", "CreateToken", _create_token),
+    ("GET", "/tokens", "ListTokens", _empty),
+    ("DELETE", "/tokens/(?P<token>[^/]+)", "RevokeToken", _token),
     ("GET", "/whoami", "WhoAmI", _empty),
     ("GET", "/health", "Health", _empty),
 ]

@@ -61,6 +61,30 @@ class NodeRequest(_message.Message):
     name: str
     def __init__(self, name: _Optional[str] = ...) -> None: ...
 
+class NoticeRequest(_message.Message):
+    __slots__ = ("name", "deadline")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    deadline: float
+    def __init__(self, name: _Optional[str] = ..., deadline: _Optional[float] = ...) -> None: ...
+
+class CreateTokenRequest(_message.Message):
+    __slots__ = ("user", "role", "unix_user")
+    USER_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    UNIX_USER_FIELD_NUMBER: _ClassVar[int]
+    user: str
+    role: str
+    unix_user: str
+    def __init__(self, user: _Optional[str] = ..., role: _Optional[str] = ..., unix_user: _Optional[str] = ...) -> None: ...
+
+class TokenRequest(_message.Message):
+    __slots__ = ("token_id",)
+    TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
+    token_id: int
+    def __init__(self, token_id: _Optional[int] = ...) -> None: ...
+
 class ListEventsRequest(_message.Message):
     __slots__ = ("since_id", "limit", "entity", "entity_id")
     SINCE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -372,6 +396,14 @@ class NodeList(_message.Message):
     nodes: _containers.RepeatedCompositeFieldContainer[Node]
     def __init__(self, nodes: _Optional[_Iterable[_Union[Node, _Mapping]]] = ...) -> None: ...
 
+class Notice(_message.Message):
+    __slots__ = ("nodes", "leave_at")
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    LEAVE_AT_FIELD_NUMBER: _ClassVar[int]
+    nodes: _containers.RepeatedScalarFieldContainer[str]
+    leave_at: float
+    def __init__(self, nodes: _Optional[_Iterable[str]] = ..., leave_at: _Optional[float] = ...) -> None: ...
+
 class Queue(_message.Message):
     __slots__ = ("name", "weight", "quota", "cohort", "running", "pending", "gpus_used", "borrowed", "borrowing_limit", "share")
     class QuotaEntry(_message.Message):
@@ -512,6 +544,30 @@ class EventList(_message.Message):
     events: _containers.RepeatedCompositeFieldContainer[Event]
     has_more: bool
     def __init__(self, events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ..., has_more: _Optional[bool] = ...) -> None: ...
+
+class Token(_message.Message):
+    __slots__ = ("id", "user", "role", "created_at", "revoked_at", "token", "unix_user")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    REVOKED_AT_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    UNIX_USER_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    user: str
+    role: str
+    created_at: float
+    revoked_at: float
+    token: str
+    unix_user: str
+    def __init__(self, id: _Optional[int] = ..., user: _Optional[str] = ..., role: _Optional[str] = ..., created_at: _Optional[float] = ..., revoked_at: _Optional[float] = ..., token: _Optional[str] = ..., unix_user: _Optional[str] = ...) -> None: ...
+
+class TokenList(_message.Message):
+    __slots__ = ("tokens",)
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    tokens: _containers.RepeatedCompositeFieldContainer[Token]
+    def __init__(self, tokens: _Optional[_Iterable[_Union[Token, _Mapping]]] = ...) -> None: ...
 
 class WhoAmIResponse(_message.Message):
     __slots__ = ("user", "role", "token_id", "node")

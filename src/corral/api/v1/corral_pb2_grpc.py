@@ -95,6 +95,21 @@ class CorralStub:
                 request_serializer=corral_dot_api_dot_v1_dot_corral__pb2.NodeRequest.SerializeToString,
                 response_deserializer=corral_dot_api_dot_v1_dot_corral__pb2.Node.FromString,
                 _registered_method=True)
+        self.DrainNode = channel.unary_unary(
+                '/corral.v1.Corral/DrainNode',
+                request_serializer=corral_dot_api_dot_v1_dot_corral__pb2.NodeRequest.SerializeToString,
+                response_deserializer=corral_dot_api_dot_v1_dot_corral__pb2.Node.FromString,
+                _registered_method=True)
+        self.UndrainNode = channel.unary_unary(
+                '/corral.v1.Corral/UndrainNode',
+                request_serializer=corral_dot_api_dot_v1_dot_corral__pb2.NodeRequest.SerializeToString,
+                response_deserializer=corral_dot_api_dot_v1_dot_corral__pb2.Node.FromString,
+                _registered_method=True)
+        self.NoticeNode = channel.unary_unary(
+                '/corral.v1.Corral/NoticeNode',
+                request_serializer=corral_dot_api_dot_v1_dot_corral__pb2.NoticeRequest.SerializeToString,
+                response_deserializer=corral_dot_api_dot_v1_dot_corral__pb2.Notice.FromString,
+                _registered_method=True)
         self.ListQueues = channel.unary_unary(
                 '/corral.v1.Corral/ListQueues',
                 request_serializer=google_dot_protobuf_dot_empty__pb2.Empty.SerializeToString,
@@ -114,6 +129,21 @@ class CorralStub:
                 '/corral.v1.Corral/WatchEvents',
                 request_serializer=corral_dot_api_dot_v1_dot_corral__pb2.WatchEventsRequest.SerializeToString,
                 response_deserializer=corral_dot_api_dot_v1_dot_corral__pb2.Event.FromString,
+                _registered_method=True)
+        self.CreateToken = channel.unary_unary(
+                '/corral.v1.Corral/CreateToken',
+                request_serializer=corral_dot_api_dot_v1_dot_corral__pb2.CreateTokenRequest.SerializeToString,
+                response_deserializer=corral_dot_api_dot_v1_dot_corral__pb2.Token.FromString,
+                _registered_method=True)
+        self.ListTokens = channel.unary_unary(
+                '/corral.v1.Corral/ListTokens',
+                request_serializer=google_dot_protobuf_dot_empty__pb2.Empty.SerializeToString,
+                response_deserializer=corral_dot_api_dot_v1_dot_corral__pb2.TokenList.FromString,
+                _registered_method=True)
+        self.RevokeToken = channel.unary_unary(
+                '/corral.v1.Corral/RevokeToken',
+                request_serializer=corral_dot_api_dot_v1_dot_corral__pb2.TokenRequest.SerializeToString,
+                response_deserializer=corral_dot_api_dot_v1_dot_corral__pb2.Token.FromString,
                 _registered_method=True)
         self.WhoAmI = channel.unary_unary(
                 '/corral.v1.Corral/WhoAmI',
@@ -207,6 +237,26 @@ class CorralServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DrainNode(self, request, context):
+        """Node administration (admins): POST /nodes/{name}/drain, /undrain and /notice.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UndrainNode(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def NoticeNode(self, request, context):
+        """A spot termination notice: the node leaves within `deadline` seconds.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ListQueues(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -230,6 +280,26 @@ class CorralServicer:
         """Every event after since_id (without it: from now on), as it happens, in id order.
         Resume after a broken stream with since_id = the last event's id.
         """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreateToken(self, request, context):
+        """Tokens: POST /tokens (admins), GET /tokens and DELETE /tokens/{token_id} (a user:
+        their own user and admin tokens).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListTokens(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RevokeToken(self, request, context):
+        """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -309,6 +379,21 @@ def add_CorralServicer_to_server(servicer, server):
                     request_deserializer=corral_dot_api_dot_v1_dot_corral__pb2.NodeRequest.FromString,
                     response_serializer=corral_dot_api_dot_v1_dot_corral__pb2.Node.SerializeToString,
             ),
+            'DrainNode': grpc.unary_unary_rpc_method_handler(
+                    servicer.DrainNode,
+                    request_deserializer=corral_dot_api_dot_v1_dot_corral__pb2.NodeRequest.FromString,
+                    response_serializer=corral_dot_api_dot_v1_dot_corral__pb2.Node.SerializeToString,
+            ),
+            'UndrainNode': grpc.unary_unary_rpc_method_handler(
+                    servicer.UndrainNode,
+                    request_deserializer=corral_dot_api_dot_v1_dot_corral__pb2.NodeRequest.FromString,
+                    response_serializer=corral_dot_api_dot_v1_dot_corral__pb2.Node.SerializeToString,
+            ),
+            'NoticeNode': grpc.unary_unary_rpc_method_handler(
+                    servicer.NoticeNode,
+                    request_deserializer=corral_dot_api_dot_v1_dot_corral__pb2.NoticeRequest.FromString,
+                    response_serializer=corral_dot_api_dot_v1_dot_corral__pb2.Notice.SerializeToString,
+            ),
             'ListQueues': grpc.unary_unary_rpc_method_handler(
                     servicer.ListQueues,
                     request_deserializer=google_dot_protobuf_dot_empty__pb2.Empty.FromString,
@@ -328,6 +413,21 @@ def add_CorralServicer_to_server(servicer, server):
                     servicer.WatchEvents,
                     request_deserializer=corral_dot_api_dot_v1_dot_corral__pb2.WatchEventsRequest.FromString,
                     response_serializer=corral_dot_api_dot_v1_dot_corral__pb2.Event.SerializeToString,
+            ),
+            'CreateToken': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateToken,
+                    request_deserializer=corral_dot_api_dot_v1_dot_corral__pb2.CreateTokenRequest.FromString,
+                    response_serializer=corral_dot_api_dot_v1_dot_corral__pb2.Token.SerializeToString,
+            ),
+            'ListTokens': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTokens,
+                    request_deserializer=google_dot_protobuf_dot_empty__pb2.Empty.FromString,
+                    response_serializer=corral_dot_api_dot_v1_dot_corral__pb2.TokenList.SerializeToString,
+            ),
+            'RevokeToken': grpc.unary_unary_rpc_method_handler(
+                    servicer.RevokeToken,
+                    request_deserializer=corral_dot_api_dot_v1_dot_corral__pb2.TokenRequest.FromString,
+                    response_serializer=corral_dot_api_dot_v1_dot_corral__pb2.Token.SerializeToString,
             ),
             'WhoAmI': grpc.unary_unary_rpc_method_handler(
                     servicer.WhoAmI,
@@ -675,6 +775,87 @@ class Corral:
             _registered_method=True)
 
     @staticmethod
+    def DrainNode(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.Corral/DrainNode',
+            corral_dot_api_dot_v1_dot_corral__pb2.NodeRequest.SerializeToString,
+            corral_dot_api_dot_v1_dot_corral__pb2.Node.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UndrainNode(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.Corral/UndrainNode',
+            corral_dot_api_dot_v1_dot_corral__pb2.NodeRequest.SerializeToString,
+            corral_dot_api_dot_v1_dot_corral__pb2.Node.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def NoticeNode(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.Corral/NoticeNode',
+            corral_dot_api_dot_v1_dot_corral__pb2.NoticeRequest.SerializeToString,
+            corral_dot_api_dot_v1_dot_corral__pb2.Notice.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
     def ListQueues(request,
             target,
             options=(),
@@ -772,6 +953,87 @@ class Corral:
             '/corral.v1.Corral/WatchEvents',
             corral_dot_api_dot_v1_dot_corral__pb2.WatchEventsRequest.SerializeToString,
             corral_dot_api_dot_v1_dot_corral__pb2.Event.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateToken(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.Corral/CreateToken',
+            corral_dot_api_dot_v1_dot_corral__pb2.CreateTokenRequest.SerializeToString,
+            corral_dot_api_dot_v1_dot_corral__pb2.Token.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTokens(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.Corral/ListTokens',
+            google_dot_protobuf_dot_empty__pb2.Empty.SerializeToString,
+            corral_dot_api_dot_v1_dot_corral__pb2.TokenList.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RevokeToken(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.Corral/RevokeToken',
+            corral_dot_api_dot_v1_dot_corral__pb2.TokenRequest.SerializeToString,
+            corral_dot_api_dot_v1_dot_corral__pb2.Token.FromString,
             options,
             channel_credentials,
             insecure,

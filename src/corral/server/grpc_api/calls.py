@@ -78,6 +78,13 @@ class Call:
             raise PermissionDeniedError(f"a {token.role} token cannot use this endpoint")
         return token
 
+    def admin(self) -> TokenRow:
+        """``deps.admin``: an admin token."""
+        token = self.any_token()
+        if token.role != "admin":
+            raise PermissionDeniedError("this needs an admin token")
+        return token
+
     def job_caller(self, job_id: int) -> tuple[int, TokenRow | None]:
         """``deps.job_caller``: the job's own token, or a user or admin token."""
         secret = self.secret()

@@ -23,7 +23,7 @@ from corral.api.convert import to_dict, to_message
 from corral.api.v1 import corral_pb2 as pb
 from corral.api.v1 import corral_pb2_grpc as pb_grpc
 from corral.errors import LimitExceededError, PayloadTooLargeError, ValidationError
-from corral.schemas.api import MAX_JOB_PAGE, JobOut
+from corral.schemas.api import MAX_JOB_PAGE, JobOut, NoticeIn, NoticeOut, TokenCreate
 from corral.schemas.common import SafeStr
 from corral.schemas.manifest import JobManifest
 from corral.server.context import Context
@@ -33,6 +33,7 @@ from corral.server.grpc_api.calls import Call, check, stream, unary
 from corral.server.routers import cluster as cluster_routes
 from corral.server.routers.jobs import _as_job, _named
 from corral.server.services.advice import job_advice
+from corral.server.services.auth import TokenService
 from corral.server.services.events import (
     POLL_SECONDS,
     IdHoles,
@@ -42,6 +43,7 @@ from corral.server.services.events import (
 )
 from corral.server.services.jobs import JobService
 from corral.server.services.nodes import NodeService
+from corral.server.services.notices import give_notice
 from corral.server.services.pools import list_pools
 from corral.server.services.queues import list_queues
 
@@ -76,6 +78,10 @@ class _NodeName(BaseModel):
     name: SafeStr = Field(max_length=253)
 
 
+class _TokenRef(BaseModel):
+    token_id: int = Field(ge=1, le=MAX_INT)
+
+
 class _EventQuery(BaseModel):
     since_id: int | None = Field(None, ge=0, le=MAX_INT)
     limit: int = Field(100, ge=1, le=10_000)
@@ -103,6 +109,10 @@ def _route(router: APIRouter, path: str) -> Callable[..., Any]:
 
 def _job(job: JobOut) -> pb.Job:
     return to_message(job.model_dump(mode="json"), pb.Job)
+
+
+def _token(token: BaseModel) -> pb.Token:
+    return to_message(token.model_dump(mode="json"), pb.Token)
 
 
 def parse_manifest_text(text: str) -> JobManifest:
@@ -284,6 +294,33 @@ class CorralServicer(pb_grpc.CorralServicer):
         node = NodeService(self.ctx).get(name, owner)
         return to_message(node.model_dump(mode="json"), pb.Node)
 
+    def _drain(self, request: pb.NodeRequest, call: Call, draining: bool) -> pb.Node:
+        call.note(target=request.name)  # as REST's: the path's, whatever the outcome
+        call.admin()
+        name = check(_NodeName, _fields(request)).name
+        node = NodeService(self.ctx).set_draining(name, draining)
+        return to_message(node.model_dump(mode="json"), pb.Node)
+
+    @unary(audited=True)
+    def DrainNode(self, request: pb.NodeRequest, call: Call) -> pb.Node:  # noqa: N802
+        return self._drain(request, call, True)
+
+    @unary(audited=True)
+    def UndrainNode(self, request: pb.NodeRequest, call: Call) -> pb.Node:  # noqa: N802
+        return self._drain(request, call, False)
+
+    @unary(audited=True)
+    def NoticeNode(self, request: pb.NoticeRequest, call: Call) -> pb.Notice:  # noqa: N802
+        call.note(target=request.name)  # as REST's: the path's, whatever the outcome
+        call.admin()
+        name = check(_NodeName, {"name": request.name}).name
+        fields = _fields(request)
+        fields.pop("name")
+        body = check(NoticeIn, fields, ("body",))
+        leave_at = self.ctx.clock() + body.deadline
+        notice = NoticeOut(nodes=give_notice(self.ctx, name, body.deadline), leave_at=leave_at)
+        return to_message(notice.model_dump(mode="json"), pb.Notice)
+
     @unary()
     def ListQueues(self, request: Empty, call: Call) -> pb.QueueList:  # noqa: N802
         call.user()
@@ -295,6 +332,31 @@ class CorralServicer(pb_grpc.CorralServicer):
         call.user()
         found = list_pools(self.ctx)
         return pb.PoolList(pools=[to_message(p.model_dump(mode="json"), pb.Pool) for p in found])
+
+    # -- tokens ------------------------------------------------------------------
+
+    @unary(audited=True, status=201)
+    def CreateToken(self, request: pb.CreateTokenRequest, call: Call) -> pb.Token:  # noqa: N802
+        call.admin()
+        body = check(TokenCreate, _fields(request), ("body",))
+        row, secret = TokenService(self.ctx).create(body.user, body.role, unix_user=body.unix_user)
+        call.note(target=row.id)
+        return _token(cluster_routes._token_out(row, secret))
+
+    @unary()
+    def ListTokens(self, request: Empty, call: Call) -> pb.TokenList:  # noqa: N802
+        token = call.user()
+        owner = None if token.role == "admin" else token.user
+        rows = TokenService(self.ctx).list(owner)
+        return pb.TokenList(tokens=[_token(cluster_routes._token_out(r)) for r in rows])
+
+    @unary(audited=True)
+    def RevokeToken(self, request: pb.TokenRequest, call: Call) -> pb.Token:  # noqa: N802
+        call.note(target=request.token_id)
+        token = call.user()
+        token_id = check(_TokenRef, _fields(request)).token_id
+        owner = None if token.role == "admin" else token.user
+        return _token(cluster_routes._token_out(TokenService(self.ctx).revoke(token_id, owner)))
 
     @unary()
     def WhoAmI(self, request: Empty, call: Call) -> pb.WhoAmIResponse:  # noqa: N802
