@@ -13,7 +13,7 @@ and hand them, with the pools, to the autoscaler (``corral.scheduling.autoscaler
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from corral.core.node import Node
@@ -158,18 +158,3 @@ class AutoscalingConfig:
             return -math.inf
         wait = min(self.max_backoff, self.backoff * 2 ** (failures.count - 1))
         return failures.last + wait
-
-
-@dataclass(frozen=True)
-class PoolCatalog:
-    """The pools by name, with their units' node names resolved."""
-
-    pools: tuple[Pool, ...] = ()
-    by_name: dict[str, Pool] = field(default_factory=dict, compare=False)
-
-    def __post_init__(self) -> None:
-        self.by_name.update({p.name: p for p in self.pools})
-
-    def pool_of(self, node: Node) -> Pool | None:
-        name = node.label_map.get(POOL_LABEL)
-        return self.by_name.get(name) if name else None

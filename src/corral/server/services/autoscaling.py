@@ -95,7 +95,6 @@ class Autoscaling:
         names = [p.name for p in self.pools]
         self.policies = check_policies(ctx.config.autoscaling, pools=names) if names else ()
         self._last = -float("inf")
-        self.last_plan = ScalePlan()
 
     def due(self, woke: bool) -> bool:
         since = time.monotonic() - self._last
@@ -148,7 +147,6 @@ class Autoscaling:
             notify_jobs(self.ctx, work.jobs)
         if work.ready or work.jobs:
             self.ctx.wake()
-        self.last_plan = plan
         return plan
 
     # -- the transaction -----------------------------------------------------------------
