@@ -21,6 +21,7 @@ import pwd
 import ssl
 import sys
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -150,7 +151,7 @@ class Agent:
         self.log_cap: int | None = DEFAULT_LOG_CAP
         self._token: str | None = None
         self._server_index = 0
-        self.interval = self.settings.sync_interval
+        self.interval = self.heartbeat = self.settings.sync_interval
         self._loads = LoadFiles()
         self._nvml = NvmlTelemetry() if self.settings.read_gpu_health else None
         if self._nvml is not None and not self._nvml.open():
@@ -172,8 +173,7 @@ class Agent:
                         self._register()
                     self._sync_once()
                     failures = 0
-                    self._wake.wait(self.interval)
-                    self._wake.clear()
+                    self._pause()
                     continue
                 except httpx.HTTPStatusError as exc:
                     if exc.response.status_code in (401, 403, 404, 409):
@@ -202,6 +202,22 @@ class Agent:
                     self._sync_once(shutdown=True)
             except httpx.HTTPError as exc:
                 log.warning("could not tell the server this agent stopped: %s", exc)
+
+    def _pause(self) -> None:
+        """Wait until the next sync is due: at once when woken (new work for this node, a
+        task started or ended, a hook failed), after ``interval`` while a task has log bytes
+        the server lacks, else after the heartbeat interval. A node whose tasks run quietly
+        therefore costs the server a sync per heartbeat, not per interval."""
+        heartbeat_at = time.monotonic() + self.heartbeat
+        while not self._stop.is_set():
+            left = heartbeat_at - time.monotonic()
+            if left <= 0:
+                return
+            if self._wake.wait(min(self.interval, left)):
+                break
+            if any(not logship.drained(t.log) for _, t in self._tracked()):
+                return
+        self._wake.clear()
 
     def stop(self) -> None:
         """Stop: every task gets SIGTERM and its grace period. A second call (a second
@@ -371,6 +387,7 @@ class Agent:
             self._post("sync", request.model_dump(mode="json"), self._token or "")
         )
         self.interval = answer.sync_interval
+        self.heartbeat = answer.heartbeat_interval or answer.sync_interval
         self.hooks.reported(request.hook_failures)  # the server has them
         self._apply(answer)
 

@@ -182,7 +182,8 @@ class EmbeddedCluster:
         self.config = config
         self.url = f"http://{host}:{port}"
         self.server: subprocess.Popen | None = None
-        self.agents: dict[str, subprocess.Popen] = {}
+        self.agents: dict[str, int] = {}  # node name -> its agent's pid
+        self.farm: subprocess.Popen | None = None  # the agents' parent (``embedded.farm``)
 
     def start(self, timeout: float = 60.0) -> UpState:
         """Start the server and the agents; return once every node is ready."""
@@ -226,25 +227,55 @@ class EmbeddedCluster:
         self.server = self._spawn(server_cmd, "server.log", env)
         try:
             self._wait_healthy(timeout)
-            for launch in self.launches:
-                # jobs run as the starting account: it reaches the checkpoint root
-                cmd = agent_command(self.url, launch.name, self.home / "checkpoints")
-                if launch.simulate:
-                    cmd += ["--simulate", launch.simulate]
-                if launch.node_file:
-                    cmd += ["--node-file", launch.node_file]
-                cmd += launch.agent_args
-                self.agents[launch.name] = self._spawn(cmd, f"agent-{launch.name}.log", env)
+            self._start_agents(env)
             self._wait_nodes(timeout)
         except BaseException:
             self.stop()
             raise
         (self.home / SERVER_FILE).write_text(self.url + "\n")
         state = UpState(
-            self.url, self.server.pid, {n: p.pid for n, p in self.agents.items()}, str(self.home)
+            self.url, self.server.pid, dict(self.agents), str(self.home)
         )
         (self.home / STATE_FILE).write_text(json.dumps(asdict(state), indent=2))
         return state
+
+    def _start_agents(self, env: dict[str, str]) -> None:
+        """One ``corral agent`` process per node, forked by one farm process (see
+        ``embedded.farm``: one interpreter start instead of one per node)."""
+        specs = []
+        for launch in self.launches:
+            # jobs run as the starting account: it reaches the checkpoint root
+            cmd = agent_command(self.url, launch.name, self.home / "checkpoints")
+            if launch.simulate:
+                cmd += ["--simulate", launch.simulate]
+            if launch.node_file:
+                cmd += ["--node-file", launch.node_file]
+            cmd += launch.agent_args
+            log = self.home / "logs" / f"agent-{launch.name}.log"
+            specs.append({"argv": cmd[len(CORRAL_COMMAND) :], "log": str(log)})
+        if not specs:
+            return
+        with open(self.home / "logs" / "farm.log", "ab") as log_file:
+            self.farm = subprocess.Popen(
+                [sys.executable, "-m", "corral.embedded.farm"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log_file,
+                env=env,
+                start_new_session=True,
+            )
+        assert self.farm.stdin is not None and self.farm.stdout is not None
+        with self.farm.stdin:
+            self.farm.stdin.write(json.dumps(specs).encode())
+        with self.farm.stdout:  # (the farm stays, to reap the agents)
+            out = self.farm.stdout.readline()
+        try:
+            pids = [int(pid) for pid in json.loads(out)]
+        except (ValueError, TypeError):
+            raise CorralError(
+                f"could not start the agents; see {self.home / 'logs' / 'farm.log'}"
+            ) from None
+        self.agents = {launch.name: pid for launch, pid in zip(self.launches, pids, strict=True)}
 
     def _spawn(self, cmd: list[str], log_name: str, env: dict[str, str]) -> subprocess.Popen:
         return spawn(cmd, self.home / "logs" / log_name, env)
@@ -273,11 +304,10 @@ class EmbeddedCluster:
         want = {launch.name for launch in self.launches}
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            for name, proc in self.agents.items():
-                if proc.poll() is not None:
+            for name, pid in self.agents.items():
+                if not process_alive(pid):
                     raise CorralError(
-                        f"agent {name} exited with code {proc.returncode}; "
-                        f"see {self.home / 'logs' / f'agent-{name}.log'}"
+                        f"agent {name} exited; see {self.home / 'logs' / f'agent-{name}.log'}"
                     )
             try:
                 nodes = httpx.get(
@@ -293,17 +323,20 @@ class EmbeddedCluster:
         raise CorralError(f"the agents did not register within {timeout:.0f}s")
 
     def stop(self) -> None:
-        pids = [p.pid for p in self.agents.values()] + recorded_pids(self.home / "pools")
+        pids = [*self.agents.values(), *recorded_pids(self.home / "pools")]
         stop_processes(pids, [self.server.pid] if self.server else [])
-        for proc in [*self.agents.values(), *([self.server] if self.server else [])]:
+        for proc in [p for p in (self.farm, self.server) if p is not None]:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=1)
         (self.home / STATE_FILE).unlink(missing_ok=True)
 
 
+CORRAL_COMMAND = (sys.executable, "-m", "corral")
+
+
 def agent_command(server: str, name: str, checkpoint_root: Path | None) -> list[str]:
     """``corral agent`` for node ``name`` of the server at ``server``."""
-    cmd = [sys.executable, "-m", "corral", "agent", "--server", server, "--name", name]
+    cmd = [*CORRAL_COMMAND, "agent", "--server", server, "--name", name]
     if checkpoint_root is not None:
         cmd += ["--checkpoint-root", str(checkpoint_root)]
     return cmd

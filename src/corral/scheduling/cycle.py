@@ -93,6 +93,7 @@ def schedule(
     now: float,
     profile: Profile | None = None,
     estimate: bool = True,
+    defer: bool | None = None,
 ) -> Decisions:
     """Decide which pending jobs start now and where. Pure: no I/O, no clock but ``now``.
 
@@ -103,9 +104,11 @@ def schedule(
     a post-filter may defer its result (``PostFilterResult.deferred``): the cycle resolves
     it once a decision could depend on it, so placements and preemptions are the same,
     and a reservation nothing needed is never searched for (its job's reason says so).
+    ``defer`` (default: ``not estimate``) says whether post-filters may defer: the control
+    plane skips the estimates of most cycles but keeps every cycle's reasons alike.
     """
     profile = profile or build_profile(config)
-    cycle = _Cycle(state, config, now, profile, defer=not estimate)
+    cycle = _Cycle(state, config, now, profile, defer=not estimate if defer is None else defer)
     order = _order(pending, state, config, profile, cycle.book, now)
     behind: str | None = None  # the reason of the jobs behind one that blocks them
     for position, job in enumerate(order, start=1):
@@ -115,7 +118,7 @@ def schedule(
             behind = f"waiting behind job {job.id} (ahead in priority order)"
     if estimate:
         _estimate(cycle, order)
-    else:
+    if cycle.deferring is not None:
         cycle.note_unresolved()
     cycle.close()
     return Decisions(tuple(cycle.placements), cycle.reasons, tuple(cycle.preemptions))

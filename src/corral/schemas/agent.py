@@ -196,6 +196,9 @@ class SyncResponse(BaseModel):
     steps: list[DesiredStepTask] = Field(default_factory=list)  # step tasks to run here
     step_acks: list[StepAck] = Field(default_factory=list)
     sync_interval: float
+    # how often an agent with nothing new to report syncs (None: every ``sync_interval``);
+    # the watch still wakes it at once for new work
+    heartbeat_interval: float | None = None
     log_cap: int  # bytes of each task's log the server keeps (the agent may drop more)
     # a spot notice: tasks stopped now get at most this grace (their job's otherwise)
     stop_grace: float | None = None

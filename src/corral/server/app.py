@@ -138,11 +138,27 @@ def serve(settings: ServerSettings) -> None:
         if grpc_server is not None:
             grpc_server.stop(grace=2)  # open streams end; unary calls get 2 s to finish
 
+    tune_gc()
     try:
         _Server(config, on_exit=on_exit).run()
     finally:
         if grpc_server is not None:
             grpc_server.stop(grace=None)
+
+
+# Young-generation allocations between collections (CPython's default: 700). A cycle or a
+# burst of syncs allocates tens of thousands of short-lived objects; at the default every
+# few thousand set off a collection, and now and then a full one over every long-lived
+# object of the server (50-100 ms: a cycle took 180 ms instead of 60).
+GC_THRESHOLD = (20_000, 20, 100)
+
+
+def tune_gc() -> None:
+    """Move everything allocated so far (modules, the app, the schemas) out of the
+    collector's sight and collect the young generation less often."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLD)
 
 
 class _Server(uvicorn.Server):

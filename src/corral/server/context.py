@@ -31,6 +31,8 @@ from corral.server.telemetry import (
 )
 from corral.server.watch import NodeWatch
 
+HEARTBEAT_FACTOR = 5
+
 
 @dataclass
 class ServerSettings:
@@ -40,7 +42,7 @@ class ServerSettings:
     port: int = 7733
     config_path: Path | None = None
     node_timeout: float = 30.0  # seconds without a sync before a node is lost
-    sync_interval: float = 2.0  # how often agents sync
+    sync_interval: float = 2.0  # how often agents with news sync (see ``heartbeat_interval``)
     log_chunk_limit: int = 1 << 20  # bytes per log response
     telemetry_max_age: float = DEFAULT_MAX_AGE  # seconds of GPU telemetry kept per GPU
     telemetry_max_samples: int = DEFAULT_MAX_SAMPLES  # samples kept per GPU
@@ -62,6 +64,23 @@ class ServerSettings:
     def url(self) -> str:
         scheme = "https" if self.tls_cert else "http"
         return self.advertise or f"{scheme}://{self.host}:{self.port}"
+
+    @property
+    def heartbeat_interval(self) -> float:
+        """The longest an agent goes without syncing: one with nothing new to say (no task
+        started or ended, no log bytes, no hook failure) syncs this often, ``HEARTBEAT_FACTOR``
+        times less often than ``sync_interval`` and at least three times per node timeout.
+        Its watch still wakes it at once for new work. GPU telemetry arrives with each sync,
+        so its freshness is judged against this interval."""
+        return max(
+            self.sync_interval, min(HEARTBEAT_FACTOR * self.sync_interval, self.node_timeout / 3)
+        )
+
+    @property
+    def heartbeat_period(self) -> float:
+        """How often a node's heartbeat is written: a sync that changes nothing else then
+        writes nothing (a tenth of the node timeout, at most a second)."""
+        return min(1.0, self.node_timeout / 10)
 
     tls_cert: Path | None = None  # serve HTTPS with this certificate and key
     tls_key: Path | None = None
@@ -91,6 +110,7 @@ class Context:
     runtimes: RunTimeHistory = field(default_factory=RunTimeHistory)  # learned run times
     # the request mix of the jobs seen, for the corral sharing policy (None: not needed)
     mixes: MixLearner | None = field(init=False)
+    estimated_at: float | None = None  # time.monotonic() of the last cycle with estimates
 
     def __post_init__(self) -> None:
         self.audit = AuditWriter(self.sessions)

@@ -12,7 +12,7 @@ replica or, through the lease row's ``wakes`` counter, on a follower) and at lea
 autoscaling pass (``services.autoscaling``) follows a cycle at most every second and at
 least every five.
 Woken cycles are spaced by ``CYCLE_DUTY`` times the last one's duration (at least
-``MIN_CYCLE_GAP``), so the loop takes at most about a sixth of the CPU under a burst. A
+``MIN_CYCLE_GAP``), so the loop takes at most about a third of the CPU under a burst. A
 database outage is logged and retried, never fatal.
 """
 
@@ -40,7 +40,7 @@ WAKE_POLL = 0.1  # how often the leader looks for followers' wake requests
 FOLLOWER_POLL = 0.2  # how often a follower reads the lease (expiry, the leader's changes)
 # A woken cycle waits at least this many times the last cycle's duration after its start,
 # so that a burst of submissions (each waking the loop) leaves the API most of the CPU.
-CYCLE_DUTY = 6.0
+CYCLE_DUTY = 2.0
 
 
 class ControlLoop:

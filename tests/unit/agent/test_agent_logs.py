@@ -102,3 +102,37 @@ def test_tasks_never_inherit_corral_settings() -> None:
     }
     assert not any(k.startswith("CORRAL_") for k in task_base_env(environ))
     assert foreign_env(environ) == {"PATH": "/usr/bin", "LC_ALL": "C.UTF-8", "NCCL_DEBUG": "INFO"}
+
+
+def quiet_task() -> DesiredTask:
+    return DesiredTask(
+        job_id=2,
+        attempt=0,
+        rank=0,
+        command=["sleep", "30"],
+        env={},
+        workdir=None,
+        grace_period=1.0,
+    )
+
+
+def test_an_agent_whose_tasks_run_quietly_syncs_at_the_heartbeat(agent: Agent) -> None:
+    """Issue 21: a node whose tasks print nothing costs the server a sync per heartbeat,
+    not one per interval; log bytes the server lacks, or a wake, bring the sync at once."""
+    agent._apply(answer([quiet_task()]))
+    agent._wake.clear()
+    agent.interval, agent.heartbeat = 0.02, 0.6
+    began = time.monotonic()
+    agent._pause()
+    assert time.monotonic() - began >= 0.6  # not at the interval: nothing new to say
+    path = agent.tasks[(2, 0, 0)].launch.log_path
+    path.write_bytes(b"news\n")  # as the task would: bytes the server lacks
+    agent.heartbeat = 60.0
+    began = time.monotonic()
+    agent._pause()
+    assert time.monotonic() - began < 30  # at the next interval, not the heartbeat
+    path.write_bytes(b"")
+    agent._wake.set()  # new work, a start or an exit
+    began = time.monotonic()
+    agent._pause()
+    assert time.monotonic() - began < 30 and not agent._wake.is_set()

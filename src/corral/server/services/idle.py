@@ -35,7 +35,7 @@ def check_idle(ctx: Context, term: Term | None = None) -> list[int]:
     the leader judges the GPUs of the nodes whose agents sync with it; the others read as
     no reading (never idle)."""
     now = ctx.clock()
-    fresh_after = now - FRESH_SYNCS * max(ctx.settings.sync_interval, 1.0)
+    fresh_after = now - FRESH_SYNCS * max(ctx.settings.heartbeat_interval, 1.0)
     acted = []
     with ctx.sessions.begin() as session:
         if term is not None:

@@ -137,8 +137,10 @@ class NodeService:
                 raise NotFoundError(f"node {req.node} is not registered; register first")
             if node.agent_id != req.agent_id:
                 raise ConflictError(f"node {req.node} is held by another agent; register again")
-            node.last_heartbeat = now
-            node.free_ports = req.free_ports[:16]
+            if now - (node.last_heartbeat or 0.0) >= self.ctx.settings.heartbeat_period:
+                node.last_heartbeat = now  # (not at every sync: one that changes nothing
+            if node.free_ports != req.free_ports[:16]:  # else then writes nothing)
+                node.free_ports = req.free_ports[:16]
             if req.attributes is not None and req.attributes != node.attributes:
                 node.attributes = dict(req.attributes)
             if node.state == NodeState.LOST.value:
@@ -192,7 +194,10 @@ class NodeService:
             woke |= self._release_vanished(session, req.node, keys)
             touched |= self._skip_unstarted(session, req.node, keys, now)
             # one lock order for every transaction
-            started = [self._settle(session, job_id, now) for job_id in sorted(touched)]
+            settled = {job_id: self._settle(session, job_id, now) for job_id in sorted(touched)}
+            started = [first for first, _ in settled.values()]
+            # only a job that stopped running changes what its other nodes should run
+            ended = {job_id for job_id, (_, left) in settled.items() if left}
             acks = [
                 TaskAck(
                     job_id=key[0],
@@ -208,7 +213,7 @@ class NodeService:
             steps, step_acks = sync_steps(session, req, desired, self.ctx.settings.log_cap, now)
         for queue, wait in filter(None, started):
             self.ctx.metrics.start_wait.labels(queue).observe(wait)
-        notify_jobs(self.ctx, touched, skip=req.node)  # e.g. a failed task's peers must stop
+        notify_jobs(self.ctx, ended, skip=req.node)  # e.g. a failed task's peers must stop
         if woke:
             self.ctx.wake()
         settings = self.ctx.settings
@@ -218,6 +223,7 @@ class NodeService:
             steps=steps,
             step_acks=step_acks,
             sync_interval=settings.sync_interval,
+            heartbeat_interval=settings.heartbeat_interval,
             log_cap=settings.log_cap,
             stop_grace=None if leave_at is None else max(0.0, leave_at - now - NOTICE_MARGIN),
         )
@@ -365,11 +371,14 @@ class NodeService:
         return set(by_job)
 
     @staticmethod
-    def _settle(session: Session, job_id: int, now: float) -> tuple[str, float] | None:
-        """Settle the job; returns its queue and wait when its first attempt just started."""
+    def _settle(session: Session, job_id: int, now: float) -> tuple[tuple[str, float] | None, bool]:
+        """Settle the job. Returns its queue and wait when its first attempt just started
+        (else None), and whether settling ended the attempt its tasks run (the job left
+        RUNNING or moved to another attempt): only then do its other nodes need a nudge."""
         job = lock_job(session, job_id)
         if job is None:
-            return None
+            return None, False
+        before = (job.state, job.attempt)
         first_start = None
         tasks = list(
             session.scalars(
@@ -381,7 +390,9 @@ class NodeService:
             if job.attempt == 0:
                 first_start = (job.queue, max(0.0, job.started_at - job.submitted_at))
         settle_job(session, job, tasks, now)
-        return first_start
+        running = before[0] == JobState.RUNNING.value
+        left = running and (job.state, job.attempt) != before
+        return first_start, left or not running
 
     @staticmethod
     def _tasks_by_key(

@@ -12,6 +12,7 @@ COMMITTED, not a snapshot).
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
@@ -97,6 +98,11 @@ class CyclePlan:
     now: float
     gates: Gates = field(default_factory=Gates)  # held, waiting and throttled jobs, left out
     jobs: tuple[Job, ...] = ()  # the pending jobs offered to the scheduler
+    estimated: bool = True  # the decisions carry estimated starts (else: keep the stored)
+
+
+# seconds between the cycles that estimate waiting jobs' starts (see _estimates_due)
+ESTIMATE_PERIOD = 2.0
 
 
 def run_cycle(ctx: Context, term: Term | None = None) -> CycleResult:
@@ -152,8 +158,21 @@ def plan_cycle(ctx: Context, session: Session) -> CyclePlan:
     _, stored = stored_usage(session, ctx.config.policy.fair_share_half_life, now)
     usage = stored.advance(now, cluster.state.allocations)
     state = replace(cluster.state, usage=usage)
-    decisions = schedule(state, pending, ctx.config, now, ctx.profile)
-    return CyclePlan(cluster, pending_rows, usage, decisions, now, gates, tuple(pending))
+    estimate = _estimates_due(ctx)
+    decisions = schedule(state, pending, ctx.config, now, ctx.profile, estimate, defer=False)
+    return CyclePlan(cluster, pending_rows, usage, decisions, now, gates, tuple(pending), estimate)
+
+
+def _estimates_due(ctx: Context) -> bool:
+    """Whether this cycle computes the waiting jobs' estimated starts: at most every
+    ``ESTIMATE_PERIOD`` seconds. The forward plan costs more than the rest of a cycle, and
+    under a stream of short jobs cycles come several times a second; in between, each job
+    keeps the estimate last written."""
+    moment = time.monotonic()
+    if ctx.estimated_at is not None and moment - ctx.estimated_at < ESTIMATE_PERIOD:
+        return False
+    ctx.estimated_at = moment
+    return True
 
 
 def learn_mix(
@@ -199,6 +218,7 @@ def apply_cycle(ctx: Context, session: Session, plan: CyclePlan) -> tuple[int, l
     ports = _ports_in_use(session, plan.cluster.held)
     by_id = {r[0]: r for r in plan.pending}  # plain rows: indexing, not attributes
     placed = _apply(session, plan.decisions, by_id, plan.cluster.node_rows, ports, plan.now)
+    _write_reasons(session, plan.decisions, by_id, plan.estimated)
     preempted = _preempt(session, plan.decisions, plan.cluster.held_jobs, plan.now)
     plan.gates.cancelled = apply_gates(session, plan.gates, plan.now)
     apply_throttled(session, plan.gates.throttled)
@@ -247,10 +267,21 @@ def _apply(
         record(session, "job", str(job.id), alloc.attempt, placement)
         _add_tasks(session, alloc)
         placed += 1
+    return placed
+
+
+def _write_reasons(
+    session: Session, decisions: Decisions, pending: dict[int, Row], estimated: bool
+) -> None:
+    """Write each waiting job's reason, position and estimated start where they changed
+    (``estimated``: the decisions carry estimates; else each job keeps its stored one)."""
     changed = []
     for job_id, pend in decisions.pending.items():
         job = pending[job_id]
-        now_known = (pend.reason, pend.position, pend.estimated_start)
+        estimate = pend.estimated_start
+        if estimate is None and not estimated:  # not estimated this cycle: keep the last
+            estimate = job[-1]
+        now_known = (pend.reason, pend.position, estimate)
         if job[-3:] != now_known:  # the last PENDING_COLUMNS
             changed.append(
                 dict(
@@ -263,7 +294,6 @@ def _apply(
             )
     if changed:  # guarded too: a job cancelled meanwhile keeps its own reason
         session.connection().execute(_PENDING_REASON, changed)
-    return placed
 
 
 _PENDING_REASON = (

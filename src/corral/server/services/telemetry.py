@@ -26,7 +26,7 @@ from corral.server.services.settle import lose_tasks
 from corral.server.services.transitions import move_node
 
 HOLDING_STATES = ("assigned", "running", "terminating")
-MAX_GAP_SYNCS = 3  # a gap longer than this many sync intervals is not counted as use
+MAX_GAP_SYNCS = 3  # a gap longer than this many heartbeat intervals is not counted as use
 
 
 @dataclass
@@ -69,7 +69,7 @@ def _account(
     """Add each running task's GPU-seconds used since the previous reading of its GPUs."""
     by_index = {r.index: r for r in readings}
     instances = {d["index"]: len(d.get("mig") or ()) for d in node.devices}
-    longest = MAX_GAP_SYNCS * ctx.settings.sync_interval
+    longest = MAX_GAP_SYNCS * ctx.settings.heartbeat_interval
     for task in tasks:
         if task.state != "running":
             continue
