@@ -16,12 +16,11 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from sqlalchemy import Row, bindparam, select, update
+from sqlalchemy import Row, bindparam, insert, select, update
 from sqlalchemy.orm import Session
 
 from corral.core.allocation import Allocation
 from corral.core.job import TERMINAL_STATES, Job, JobSpec, JobState
-from corral.core.lifecycle import transition
 from corral.core.units import format_duration
 from corral.scheduling.config import SchedulerConfig
 from corral.scheduling.cycle import ClusterState, Decisions, schedule
@@ -29,14 +28,14 @@ from corral.scheduling.fairshare import Usage, UsageLedger
 from corral.scheduling.mix import gpu_supply
 from corral.scheduling.registry import build_profile
 from corral.server.context import Context
-from corral.server.db.models import JobRow, NodeRow, QueueUsageRow, TaskRow
+from corral.server.db.models import EventRow, JobRow, NodeRow, QueueUsageRow, TaskRow
 from corral.server.leader import Term
 from corral.server.services.converters import JOB_COLUMNS, allocations_of, node_of, spec_of
 from corral.server.services.dependencies import HELD, Gates, apply_gates, gate_pending
 from corral.server.services.estimates import RunTimeHistory
 from corral.server.services.notify import notify_jobs
 from corral.server.services.throttle import apply_throttled, throttled_pending
-from corral.server.services.transitions import lock_job, move_job, record
+from corral.server.services.transitions import lock_job, move_job
 
 DEFAULT_MASTER_PORT = 29500
 
@@ -235,38 +234,38 @@ def _apply(
 ) -> int:
     by_name = {n.name: n for n in nodes}
     placed = 0
-    # The guarded updates go straight to the connection: no autoflush between them, so the
-    # events and tasks of all placements are inserted in a few batches at commit.
+    # Straight to the connection, with statements built once: no autoflush between the
+    # guarded updates, and the events and tasks of all placements inserted in one batch
+    # each (ORM objects and a new statement per placement cost more than the writes).
     connection = session.connection()
+    tasks: list[dict] = []
+    events: list[dict] = []
     for alloc in decisions.placements:
         job = pending[alloc.job_id]
         port = _pick_port(by_name.get(alloc.tasks[0].node), ports)
         reason = f"placed on {', '.join(alloc.nodes)}" + (f" ({alloc.note})" if alloc.note else "")
         guarded = connection.execute(
-            update(JobRow.__table__)
-            .where(
-                JobRow.__table__.c.id == job.id,
-                JobRow.__table__.c.state == JobState.PENDING.value,
-                JobRow.__table__.c.attempt == alloc.attempt,
-                JobRow.__table__.c.held.is_(False),  # held meanwhile: not started
-            )
-            .values(
-                state=JobState.RUNNING.value,
-                reason=reason,
-                position=None,
-                estimated_start=None,
-                master_port=port,
-                started_at=None,
-                updated_at=now,
-            )
-            .execution_options(synchronize_session=False)
+            _PLACE,
+            {"jid": job.id, "jattempt": alloc.attempt, "r": reason, "port": port, "now": now},
         )
         if guarded.rowcount != 1:
             continue
-        placement = transition(JobState.PENDING, JobState.RUNNING, now, reason)
-        record(session, "job", str(job.id), alloc.attempt, placement)
-        _add_tasks(session, alloc)
+        events.append(
+            {
+                "entity": "job",
+                "entity_id": str(job.id),
+                "attempt": alloc.attempt,
+                "at": now,
+                "from_state": JobState.PENDING.value,
+                "to_state": JobState.RUNNING.value,
+                "reason": reason,
+            }
+        )
+        tasks += _task_rows(alloc)
         placed += 1
+    if events:
+        connection.execute(insert(EventRow.__table__), events)
+        connection.execute(insert(TaskRow.__table__), tasks)
     return placed
 
 
@@ -296,6 +295,25 @@ def _write_reasons(
         session.connection().execute(_PENDING_REASON, changed)
 
 
+_JOBS = JobRow.__table__
+_PLACE = (  # pending -> running, unless cancelled, held or moved on meanwhile
+    update(_JOBS)
+    .where(
+        _JOBS.c.id == bindparam("jid"),
+        _JOBS.c.state == JobState.PENDING.value,
+        _JOBS.c.attempt == bindparam("jattempt"),
+        _JOBS.c.held.is_(False),
+    )
+    .values(
+        state=JobState.RUNNING.value,
+        reason=bindparam("r"),
+        position=None,
+        estimated_start=None,
+        master_port=bindparam("port"),
+        started_at=None,
+        updated_at=bindparam("now"),
+    )
+)
 _PENDING_REASON = (
     update(JobRow.__table__)
     .where(
@@ -366,27 +384,28 @@ def _held_jobs(session: Session, held: list[TaskRow]) -> dict[int, JobRow]:
     return {j.id: j for j in session.scalars(select(JobRow).where(JobRow.id.in_(ids)))}
 
 
-def _add_tasks(session: Session, alloc: Allocation) -> None:
-    for task in alloc.tasks:
-        session.add(
-            TaskRow(
-                job_id=alloc.job_id,
-                attempt=alloc.attempt,
-                rank=task.rank,
-                node=task.node,
-                node_rank=task.node_rank,
-                local_rank=task.local_rank,
-                gpus=list(task.gpus),
-                gpu_milli=task.gpu_milli,
-                gpu_memory=task.gpu_memory,
-                mig_slots=list(task.mig_slots),
-                cpus=task.cpus,
-                memory=task.memory,
-                state="assigned",
-                released=False,
-                log_size=0,
-            )
-        )
+def _task_rows(alloc: Allocation) -> list[dict]:
+    """The rows of a placement's tasks (``tasks`` columns), as they start: assigned."""
+    return [
+        {
+            "job_id": alloc.job_id,
+            "attempt": alloc.attempt,
+            "rank": task.rank,
+            "node": task.node,
+            "node_rank": task.node_rank,
+            "local_rank": task.local_rank,
+            "gpus": list(task.gpus),
+            "gpu_milli": task.gpu_milli,
+            "gpu_memory": task.gpu_memory,
+            "mig_slots": list(task.mig_slots),
+            "cpus": task.cpus,
+            "memory": task.memory,
+            "state": "assigned",
+            "released": False,
+            "log_size": 0,
+        }
+        for task in alloc.tasks
+    ]
 
 
 def _ports_in_use(session: Session, held: list[TaskRow]) -> dict[str, set[int]]:
