@@ -226,22 +226,34 @@ class EmbeddedCluster:
             server_cmd.append("--allow-root-jobs")
         self.server = self._spawn(server_cmd, "server.log", env)
         try:
+            if self.launches:  # it imports the agent while the server starts
+                self.farm = self._spawn_farm(env)
             self._wait_healthy(timeout)
-            self._start_agents(env)
+            self._start_agents()
             self._wait_nodes(timeout)
         except BaseException:
             self.stop()
             raise
         (self.home / SERVER_FILE).write_text(self.url + "\n")
-        state = UpState(
-            self.url, self.server.pid, dict(self.agents), str(self.home)
-        )
+        state = UpState(self.url, self.server.pid, dict(self.agents), str(self.home))
         (self.home / STATE_FILE).write_text(json.dumps(asdict(state), indent=2))
         return state
 
-    def _start_agents(self, env: dict[str, str]) -> None:
-        """One ``corral agent`` process per node, forked by one farm process (see
-        ``embedded.farm``: one interpreter start instead of one per node)."""
+    def _spawn_farm(self, env: dict[str, str]) -> subprocess.Popen:
+        """The process that forks the agents (``embedded.farm``: one interpreter start
+        instead of one per node); it waits for their list on its stdin."""
+        with open(self.home / "logs" / "farm.log", "ab") as log_file:
+            return subprocess.Popen(
+                [sys.executable, "-m", "corral.embedded.farm"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log_file,
+                env=env,
+                start_new_session=True,
+            )
+
+    def _start_agents(self) -> None:
+        """One ``corral agent`` process per node, forked by the farm."""
         specs = []
         for launch in self.launches:
             # jobs run as the starting account: it reaches the checkpoint root
@@ -253,17 +265,8 @@ class EmbeddedCluster:
             cmd += launch.agent_args
             log = self.home / "logs" / f"agent-{launch.name}.log"
             specs.append({"argv": cmd[len(CORRAL_COMMAND) :], "log": str(log)})
-        if not specs:
+        if self.farm is None:
             return
-        with open(self.home / "logs" / "farm.log", "ab") as log_file:
-            self.farm = subprocess.Popen(
-                [sys.executable, "-m", "corral.embedded.farm"],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=log_file,
-                env=env,
-                start_new_session=True,
-            )
         assert self.farm.stdin is not None and self.farm.stdout is not None
         with self.farm.stdin:
             self.farm.stdin.write(json.dumps(specs).encode())
@@ -323,6 +326,8 @@ class EmbeddedCluster:
         raise CorralError(f"the agents did not register within {timeout:.0f}s")
 
     def stop(self) -> None:
+        if self.farm is not None and not self.agents:  # still waiting for its agents' list
+            self.farm.kill()
         pids = [*self.agents.values(), *recorded_pids(self.home / "pools")]
         stop_processes(pids, [self.server.pid] if self.server else [])
         for proc in [p for p in (self.farm, self.server) if p is not None]:

@@ -7,9 +7,9 @@ a separate process in a session of its own, with its own log, exactly as if star
 alone (``random`` reseeds itself in a forked child). The farm stays as their parent only
 to reap them, and exits once none is left; stopping an agent is signalling its pid.
 
-Protocol: run ``python -m corral.embedded.farm``; write on its stdin a JSON list of
-``{"argv": [...], "log": PATH}`` (``argv`` as after ``corral``), then close it. It answers
-one JSON list on stdout: the children's pids, in the same order.
+Protocol: run ``python -m corral.embedded.farm`` (it imports at once); write on its stdin
+a JSON list of ``{"argv": [...], "log": PATH}`` (``argv`` as after ``corral``), then close
+it. It answers one JSON list on stdout: the children's pids, in the same order.
 """
 
 from __future__ import annotations
@@ -79,8 +79,8 @@ def fork_all(command: TyperGroup, specs: list[dict]) -> list[int]:
 
 
 def main() -> None:
+    command = _preload()  # while the caller waits for its server to come up
     specs = json.load(sys.stdin)
-    command = _preload()
     gc.freeze()  # (the children's copy-on-write pages stay shared: no collection touches them)
     pids = fork_all(command, specs)
     sys.stdout.write(json.dumps(pids) + "\n")
