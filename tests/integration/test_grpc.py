@@ -19,6 +19,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from corral.api.v1 import corral_pb2 as pb
 from corral.api.v1.corral_pb2_grpc import CorralStub
 from corral.client import Client
+from corral.client.grpc_transport import NotOverGrpcError
 from corral.errors import (
     AuthenticationError,
     ConnectionFailedError,
@@ -249,9 +250,11 @@ def test_the_cli_works_the_same_over_grpc(server: Server) -> None:
         )
         assert over_grpc.returncode == 0, over_grpc.stderr
         assert over_grpc.stdout == over_rest.stdout
-    unsupported = _corral(server, server.grpc_url, "audit")
-    assert unsupported.returncode == 1 and "Traceback" not in unsupported.stderr
-    assert "not available over gRPC" in unsupported.stderr
+    audit = [_corral(server, a, "audit", "-o", "json") for a in (server.grpc_url, server.url)]
+    assert audit[0].returncode == 0, audit[0].stderr
+    assert audit[0].stdout == audit[1].stdout and "SubmitJob" in audit[0].stdout
+    with pytest.raises(NotOverGrpcError, match="GET /metrics is not available over gRPC"):
+        Client(server.grpc_url, server.admin_token).metrics()  # Prometheus scrapes HTTP
 
 
 def test_node_administration_over_grpc(server: Server) -> None:

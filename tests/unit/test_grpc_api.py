@@ -16,7 +16,7 @@ from corral import errors
 from corral.api import generate
 from corral.api.convert import CODE_KEY, error_of, status_of, to_dict, to_message
 from corral.api.v1 import corral_pb2 as pb
-from corral.schemas import api
+from corral.schemas import api, steps
 
 PAIRS: list[tuple[type[BaseModel], type]] = [
     (api.JobOut, pb.Job),
@@ -42,6 +42,15 @@ PAIRS: list[tuple[type[BaseModel], type]] = [
     (api.EventList, pb.EventList),
     (api.WhoAmI, pb.WhoAmIResponse),
     (api.Health, pb.HealthResponse),
+    (api.TelemetrySample, pb.TelemetrySample),
+    (api.TelemetryOut, pb.Telemetry),
+    (api.UsageRow, pb.UsageRow),
+    (api.UsageOut, pb.Usage),
+    (api.AuditOut, pb.AuditEntry),
+    (api.AuditList, pb.AuditList),
+    (steps.StepTaskOut, pb.StepTask),
+    (steps.StepOut, pb.Step),
+    (steps.StepList, pb.StepList),
 ]
 
 
@@ -91,6 +100,24 @@ def test_a_job_survives_the_trip_exactly() -> None:
     back = api.JobOut.model_validate(to_dict(to_message(job.model_dump(mode="json"), pb.Job)))
     assert back == job
     assert back.model_dump_json() == job.model_dump_json()  # 4.0 stays 4.0, 8 stays 8
+
+
+@pytest.mark.parametrize("command", [["orted", "-x", ""], "echo 'a b' | wc -c"])
+def test_a_steps_command_survives_the_trip_as_a_list_or_a_string(command: list[str] | str) -> None:
+    step = steps.StepOut(
+        job_id=2**62,
+        attempt=1,
+        step=3,
+        command=command,
+        state="ended",
+        created_at=1.5,
+        created_by="job:7",
+        cancelled=False,
+        exit_code=None,
+        tasks=[steps.StepTaskOut(rank=0, node="n", local_rank=0, state="exited", exit_code=0)],
+    )
+    back = steps.StepOut.model_validate(to_dict(to_message(step.model_dump(mode="json"), pb.Step)))
+    assert back == step and back.command == command
 
 
 @pytest.mark.parametrize(

@@ -3,7 +3,8 @@ errors and gRPC status codes: shared by the server (``server/grpc_api``) and the
 (``client/grpc_transport.py``), so that both transports carry the same values.
 
 A message field is named as the JSON key it stands for (``schemas/api.py``); a proto3
-``optional`` field absent means JSON ``null``; a job's ``manifest`` travels as JSON text.
+``optional`` field absent means JSON ``null``; a job's ``manifest`` travels as JSON text;
+a ``google.protobuf.Value`` field is the JSON value itself (a step's ``command``).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ M = TypeVar("M", bound=Message)
 CODE_KEY = "corral-code"  # trailing metadata: the REST body's ``code``
 RETRY_AFTER_KEY = "retry-after"  # trailing metadata of RESOURCE_EXHAUSTED: seconds
 JSON_TEXT_FIELDS = {"Job": "manifest"}  # message: its dict that travels as JSON text
+JSON_VALUE = "google.protobuf.Value"  # any JSON value (a step's command: a list or a string)
 
 # Most specific first: the first class an error is an instance of decides.
 STATUS_OF: tuple[tuple[type[CorralError], grpc.StatusCode], ...] = (
@@ -105,6 +107,8 @@ def to_dict(message: Message) -> dict[str, Any]:
             out[field.name] = [to_dict(v) for v in value] if kind is not None else list(value)
         elif field.has_presence and not message.HasField(field.name):
             out[field.name] = None
+        elif kind is not None and kind.full_name == JSON_VALUE:
+            out[field.name] = json_format.MessageToDict(value)
         elif kind is not None:
             out[field.name] = to_dict(value)
         elif field.name == text_field:

@@ -46,11 +46,11 @@ from corral.schemas.api import (
     WhoAmI,
 )
 from corral.schemas.common import validate
-from corral.schemas.manifest import JobManifest, load_manifest, parse_manifest
-from corral.schemas.steps import MAX_STEPS, StepIn, StepList, StepOut
 
 if TYPE_CHECKING:
     from corral.client.grpc_transport import GrpcTransport
+    from corral.schemas.manifest import JobManifest
+    from corral.schemas.steps import StepOut
 
 T = TypeVar("T")
 TERMINAL = ("succeeded", "failed", "cancelled")
@@ -73,6 +73,11 @@ IDEMPOTENT_METHODS = ("GET", "HEAD", "PUT", "DELETE", "OPTIONS")
 # The request never reached the server: any request may go to the next replica.
 NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 RETRY_STATUSES = (502, 503, 504)
+# Rounds over the replicas for calls safe to repeat, with jittered pauses between them
+# (``corral.retry.backoff``): the REST and gRPC transports alike.
+RETRY_ROUNDS = 3
+RETRY_BASE = 0.25  # seconds: the first pause is at most this, doubling each round
+RETRY_CAP = 5.0  # seconds: no pause longer
 PAGE_SIZE = 1000  # rows asked for at a time when a listing pages through everything
 AUDIT_PAGE = 10_000  # the most audit entries the server answers at once
 
@@ -92,7 +97,7 @@ class Client:
             self.servers = resolve_servers(",".join(server))
         self.token = resolve_token(token)
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
-        verify = ssl_verify(resolve_ca_cert(ca_cert))
+        verify = ssl_verify(resolve_ca_cert(ca_cert), self.servers)
         self._http = httpx.Client(
             transport=transport, timeout=timeout, headers=headers, verify=verify
         )
@@ -125,7 +130,7 @@ class Client:
         method: str,
         path: str,
         idempotent: bool | None = None,
-        rounds: int = 1,
+        rounds: int | None = None,
         **kwargs: Any,
     ) -> Any:
         """One API call, failing over between replicas; raises typed ``CorralError``s.
@@ -136,15 +141,18 @@ class Client:
         have applied it; otherwise ``ConnectionFailedError`` says the outcome is unknown.
         With ``rounds`` > 1 (only for calls safe to repeat), it goes round the replicas
         again after a short pause while none answers (or all answer 502/503/504).
+        Over gRPC, an idempotent call goes round ``RETRY_ROUNDS`` times by default while
+        every replica answers UNAVAILABLE (``GrpcTransport.request``).
         """
         if self._grpc is not None:
-            return self._grpc.request(method, path, **kwargs)
+            return self._grpc.request(method, path, idempotent=idempotent, rounds=rounds, **kwargs)
         if idempotent is None:
             idempotent = method.upper() in IDEMPOTENT_METHODS
+        rounds = 1 if rounds is None else rounds
         errors: list[str] = []
         for round_ in range(rounds):
             if round_:
-                time.sleep(backoff(round_, 0.25, 5.0))  # jittered: clients spread out
+                time.sleep(backoff(round_, RETRY_BASE, RETRY_CAP))  # jittered: spread out
             errors = []
             for i in range(len(self.servers)):
                 index = (self._current + i) % len(self.servers)
@@ -176,7 +184,7 @@ class Client:
         self,
         manifest: JobManifest | dict | str | Path,
         idempotency_key: str | None = None,
-        retries: int = 3,
+        retries: int = RETRY_ROUNDS,
     ) -> JobOut:
         """Submit a manifest (model, mapping, YAML text or a path to a YAML file).
 
@@ -353,6 +361,8 @@ class Client:
     ) -> StepOut:
         """Start a step of a running job: ``tasks_per_node`` processes on each of ``nodes``
         (default: every node where the job still runs a task)."""
+        from corral.schemas.steps import StepIn, StepOut  # here: they import the manifest
+
         fields = {
             "command": command if isinstance(command, str) else list(command),
             "nodes": None if nodes is None else list(nodes),
@@ -367,6 +377,8 @@ class Client:
         return StepOut.model_validate(answer)
 
     def step(self, job_id: int, step: int, attempt: int | None = None) -> StepOut:
+        from corral.schemas.steps import StepOut
+
         params = {} if attempt is None else {"attempt": attempt}
         return StepOut.model_validate(
             self.request("GET", f"/jobs/{job_id}/steps/{step}", params=params)
@@ -374,6 +386,8 @@ class Client:
 
     def steps(self, job_id: int, attempt: int | None = None) -> list[StepOut]:
         """The steps of an attempt (default: the job's current one), oldest first."""
+        from corral.schemas.steps import MAX_STEPS, StepList
+
         params: dict[str, Any] = {"limit": MAX_STEPS}  # as many as an attempt may have
         if attempt is not None:
             params["attempt"] = attempt
@@ -382,6 +396,8 @@ class Client:
 
     def cancel_step(self, job_id: int, step: int) -> StepOut:
         """Stop a step's tasks (SIGTERM, then SIGKILL after the job's grace period)."""
+        from corral.schemas.steps import StepOut
+
         return StepOut.model_validate(
             self.request("POST", f"/jobs/{job_id}/steps/{step}/cancel", idempotent=True)
         )
@@ -601,6 +617,9 @@ def _newest(
 
 
 def _as_manifest(manifest: JobManifest | dict | str | Path) -> JobManifest:
+    # Imported here: a client that submits nothing (`corral jobs`) needs no YAML (issue 21).
+    from corral.schemas.manifest import JobManifest, load_manifest, parse_manifest
+
     if isinstance(manifest, JobManifest):
         return manifest
     if isinstance(manifest, dict):

@@ -1,4 +1,5 @@
 from google.protobuf import empty_pb2 as _empty_pb2
+from google.protobuf import struct_pb2 as _struct_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
@@ -600,3 +601,252 @@ class HealthResponse(_message.Message):
     leader_epoch: int
     leader_since: float
     def __init__(self, status: _Optional[str] = ..., version: _Optional[str] = ..., time: _Optional[float] = ..., replica: _Optional[str] = ..., leader: _Optional[bool] = ..., leader_address: _Optional[str] = ..., leader_epoch: _Optional[int] = ..., leader_since: _Optional[float] = ...) -> None: ...
+
+class NodeTelemetryRequest(_message.Message):
+    __slots__ = ("name", "since")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SINCE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    since: float
+    def __init__(self, name: _Optional[str] = ..., since: _Optional[float] = ...) -> None: ...
+
+class JobTelemetryRequest(_message.Message):
+    __slots__ = ("job_id", "since")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    SINCE_FIELD_NUMBER: _ClassVar[int]
+    job_id: int
+    since: float
+    def __init__(self, job_id: _Optional[int] = ..., since: _Optional[float] = ...) -> None: ...
+
+class TelemetrySample(_message.Message):
+    __slots__ = ("at", "node", "gpu", "utilization", "memory_used", "memory_total", "temperature", "power", "ecc_errors", "xid_errors", "job_id", "job_ids")
+    AT_FIELD_NUMBER: _ClassVar[int]
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    GPU_FIELD_NUMBER: _ClassVar[int]
+    UTILIZATION_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_USED_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
+    POWER_FIELD_NUMBER: _ClassVar[int]
+    ECC_ERRORS_FIELD_NUMBER: _ClassVar[int]
+    XID_ERRORS_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_IDS_FIELD_NUMBER: _ClassVar[int]
+    at: float
+    node: str
+    gpu: int
+    utilization: float
+    memory_used: int
+    memory_total: int
+    temperature: float
+    power: float
+    ecc_errors: int
+    xid_errors: int
+    job_id: int
+    job_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, at: _Optional[float] = ..., node: _Optional[str] = ..., gpu: _Optional[int] = ..., utilization: _Optional[float] = ..., memory_used: _Optional[int] = ..., memory_total: _Optional[int] = ..., temperature: _Optional[float] = ..., power: _Optional[float] = ..., ecc_errors: _Optional[int] = ..., xid_errors: _Optional[int] = ..., job_id: _Optional[int] = ..., job_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class Telemetry(_message.Message):
+    __slots__ = ("samples",)
+    SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    samples: _containers.RepeatedCompositeFieldContainer[TelemetrySample]
+    def __init__(self, samples: _Optional[_Iterable[_Union[TelemetrySample, _Mapping]]] = ...) -> None: ...
+
+class UsageRequest(_message.Message):
+    __slots__ = ("by", "since", "until")
+    BY_FIELD_NUMBER: _ClassVar[int]
+    SINCE_FIELD_NUMBER: _ClassVar[int]
+    UNTIL_FIELD_NUMBER: _ClassVar[int]
+    by: str
+    since: float
+    until: float
+    def __init__(self, by: _Optional[str] = ..., since: _Optional[float] = ..., until: _Optional[float] = ...) -> None: ...
+
+class UsageRow(_message.Message):
+    __slots__ = ("key", "jobs", "gpu_hours_allocated", "gpu_hours_used", "avg_wait", "max_wait", "preemptions", "cpu_seconds", "peak_memory", "queue", "user", "name")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    GPU_HOURS_ALLOCATED_FIELD_NUMBER: _ClassVar[int]
+    GPU_HOURS_USED_FIELD_NUMBER: _ClassVar[int]
+    AVG_WAIT_FIELD_NUMBER: _ClassVar[int]
+    MAX_WAIT_FIELD_NUMBER: _ClassVar[int]
+    PREEMPTIONS_FIELD_NUMBER: _ClassVar[int]
+    CPU_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    PEAK_MEMORY_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    jobs: int
+    gpu_hours_allocated: float
+    gpu_hours_used: float
+    avg_wait: float
+    max_wait: float
+    preemptions: int
+    cpu_seconds: float
+    peak_memory: int
+    queue: str
+    user: str
+    name: str
+    def __init__(self, key: _Optional[str] = ..., jobs: _Optional[int] = ..., gpu_hours_allocated: _Optional[float] = ..., gpu_hours_used: _Optional[float] = ..., avg_wait: _Optional[float] = ..., max_wait: _Optional[float] = ..., preemptions: _Optional[int] = ..., cpu_seconds: _Optional[float] = ..., peak_memory: _Optional[int] = ..., queue: _Optional[str] = ..., user: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
+
+class Usage(_message.Message):
+    __slots__ = ("by", "since", "until", "rows")
+    BY_FIELD_NUMBER: _ClassVar[int]
+    SINCE_FIELD_NUMBER: _ClassVar[int]
+    UNTIL_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    by: str
+    since: float
+    until: float
+    rows: _containers.RepeatedCompositeFieldContainer[UsageRow]
+    def __init__(self, by: _Optional[str] = ..., since: _Optional[float] = ..., until: _Optional[float] = ..., rows: _Optional[_Iterable[_Union[UsageRow, _Mapping]]] = ...) -> None: ...
+
+class ListAuditRequest(_message.Message):
+    __slots__ = ("user", "since", "limit", "before")
+    USER_FIELD_NUMBER: _ClassVar[int]
+    SINCE_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    BEFORE_FIELD_NUMBER: _ClassVar[int]
+    user: str
+    since: float
+    limit: int
+    before: int
+    def __init__(self, user: _Optional[str] = ..., since: _Optional[float] = ..., limit: _Optional[int] = ..., before: _Optional[int] = ...) -> None: ...
+
+class AuditEntry(_message.Message):
+    __slots__ = ("id", "at", "user", "role", "token_id", "method", "path", "target", "status")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    AT_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
+    METHOD_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    at: float
+    user: str
+    role: str
+    token_id: int
+    method: str
+    path: str
+    target: str
+    status: int
+    def __init__(self, id: _Optional[int] = ..., at: _Optional[float] = ..., user: _Optional[str] = ..., role: _Optional[str] = ..., token_id: _Optional[int] = ..., method: _Optional[str] = ..., path: _Optional[str] = ..., target: _Optional[str] = ..., status: _Optional[int] = ...) -> None: ...
+
+class AuditList(_message.Message):
+    __slots__ = ("entries", "has_more", "next")
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    HAS_MORE_FIELD_NUMBER: _ClassVar[int]
+    NEXT_FIELD_NUMBER: _ClassVar[int]
+    entries: _containers.RepeatedCompositeFieldContainer[AuditEntry]
+    has_more: bool
+    next: int
+    def __init__(self, entries: _Optional[_Iterable[_Union[AuditEntry, _Mapping]]] = ..., has_more: _Optional[bool] = ..., next: _Optional[int] = ...) -> None: ...
+
+class CheckpointRequest(_message.Message):
+    __slots__ = ("job_id", "step", "path")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    job_id: int
+    step: int
+    path: str
+    def __init__(self, job_id: _Optional[int] = ..., step: _Optional[int] = ..., path: _Optional[str] = ...) -> None: ...
+
+class StartStepRequest(_message.Message):
+    __slots__ = ("job_id", "command", "env", "nodes", "tasks_per_node", "workdir")
+    class EnvEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    COMMAND_FIELD_NUMBER: _ClassVar[int]
+    ENV_FIELD_NUMBER: _ClassVar[int]
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    TASKS_PER_NODE_FIELD_NUMBER: _ClassVar[int]
+    WORKDIR_FIELD_NUMBER: _ClassVar[int]
+    job_id: int
+    command: _struct_pb2.Value
+    env: _containers.ScalarMap[str, str]
+    nodes: _containers.RepeatedScalarFieldContainer[str]
+    tasks_per_node: int
+    workdir: str
+    def __init__(self, job_id: _Optional[int] = ..., command: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., env: _Optional[_Mapping[str, str]] = ..., nodes: _Optional[_Iterable[str]] = ..., tasks_per_node: _Optional[int] = ..., workdir: _Optional[str] = ...) -> None: ...
+
+class ListStepsRequest(_message.Message):
+    __slots__ = ("job_id", "attempt", "limit")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    job_id: int
+    attempt: int
+    limit: int
+    def __init__(self, job_id: _Optional[int] = ..., attempt: _Optional[int] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class StepRequest(_message.Message):
+    __slots__ = ("job_id", "step", "attempt")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    job_id: int
+    step: int
+    attempt: int
+    def __init__(self, job_id: _Optional[int] = ..., step: _Optional[int] = ..., attempt: _Optional[int] = ...) -> None: ...
+
+class StepTask(_message.Message):
+    __slots__ = ("rank", "node", "local_rank", "state", "pid", "exit_code", "started_at", "ended_at", "reason")
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_RANK_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    STARTED_AT_FIELD_NUMBER: _ClassVar[int]
+    ENDED_AT_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    rank: int
+    node: str
+    local_rank: int
+    state: str
+    pid: int
+    exit_code: int
+    started_at: float
+    ended_at: float
+    reason: str
+    def __init__(self, rank: _Optional[int] = ..., node: _Optional[str] = ..., local_rank: _Optional[int] = ..., state: _Optional[str] = ..., pid: _Optional[int] = ..., exit_code: _Optional[int] = ..., started_at: _Optional[float] = ..., ended_at: _Optional[float] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class Step(_message.Message):
+    __slots__ = ("job_id", "attempt", "step", "command", "state", "created_at", "created_by", "cancelled", "exit_code", "tasks")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    COMMAND_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    CREATED_BY_FIELD_NUMBER: _ClassVar[int]
+    CANCELLED_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    job_id: int
+    attempt: int
+    step: int
+    command: _struct_pb2.Value
+    state: str
+    created_at: float
+    created_by: str
+    cancelled: bool
+    exit_code: int
+    tasks: _containers.RepeatedCompositeFieldContainer[StepTask]
+    def __init__(self, job_id: _Optional[int] = ..., attempt: _Optional[int] = ..., step: _Optional[int] = ..., command: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., state: _Optional[str] = ..., created_at: _Optional[float] = ..., created_by: _Optional[str] = ..., cancelled: _Optional[bool] = ..., exit_code: _Optional[int] = ..., tasks: _Optional[_Iterable[_Union[StepTask, _Mapping]]] = ...) -> None: ...
+
+class StepList(_message.Message):
+    __slots__ = ("steps",)
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    steps: _containers.RepeatedCompositeFieldContainer[Step]
+    def __init__(self, steps: _Optional[_Iterable[_Union[Step, _Mapping]]] = ...) -> None: ...

@@ -110,6 +110,11 @@ class CorralStub:
                 request_serializer=corral_dot_api_dot_v1_dot_corral__pb2.NoticeRequest.SerializeToString,
                 response_deserializer=corral_dot_api_dot_v1_dot_corral__pb2.Notice.FromString,
                 _registered_method=True)
+        self.ResetNode = channel.unary_unary(
+                '/corral.v1.Corral/ResetNode',
+                request_serializer=corral_dot_api_dot_v1_dot_corral__pb2.NodeRequest.SerializeToString,
+                response_deserializer=corral_dot_api_dot_v1_dot_corral__pb2.Node.FromString,
+                _registered_method=True)
         self.ListQueues = channel.unary_unary(
                 '/corral.v1.Corral/ListQueues',
                 request_serializer=google_dot_protobuf_dot_empty__pb2.Empty.SerializeToString,
@@ -154,6 +159,51 @@ class CorralStub:
                 '/corral.v1.Corral/Health',
                 request_serializer=google_dot_protobuf_dot_empty__pb2.Empty.SerializeToString,
                 response_deserializer=corral_dot_api_dot_v1_dot_corral__pb2.HealthResponse.FromString,
+                _registered_method=True)
+        self.GetNodeTelemetry = channel.unary_unary(
+                '/corral.v1.Corral/GetNodeTelemetry',
+                request_serializer=corral_dot_api_dot_v1_dot_corral__pb2.NodeTelemetryRequest.SerializeToString,
+                response_deserializer=corral_dot_api_dot_v1_dot_corral__pb2.Telemetry.FromString,
+                _registered_method=True)
+        self.GetJobTelemetry = channel.unary_unary(
+                '/corral.v1.Corral/GetJobTelemetry',
+                request_serializer=corral_dot_api_dot_v1_dot_corral__pb2.JobTelemetryRequest.SerializeToString,
+                response_deserializer=corral_dot_api_dot_v1_dot_corral__pb2.Telemetry.FromString,
+                _registered_method=True)
+        self.GetUsage = channel.unary_unary(
+                '/corral.v1.Corral/GetUsage',
+                request_serializer=corral_dot_api_dot_v1_dot_corral__pb2.UsageRequest.SerializeToString,
+                response_deserializer=corral_dot_api_dot_v1_dot_corral__pb2.Usage.FromString,
+                _registered_method=True)
+        self.ListAudit = channel.unary_unary(
+                '/corral.v1.Corral/ListAudit',
+                request_serializer=corral_dot_api_dot_v1_dot_corral__pb2.ListAuditRequest.SerializeToString,
+                response_deserializer=corral_dot_api_dot_v1_dot_corral__pb2.AuditList.FromString,
+                _registered_method=True)
+        self.ReportCheckpoint = channel.unary_unary(
+                '/corral.v1.Corral/ReportCheckpoint',
+                request_serializer=corral_dot_api_dot_v1_dot_corral__pb2.CheckpointRequest.SerializeToString,
+                response_deserializer=corral_dot_api_dot_v1_dot_corral__pb2.Job.FromString,
+                _registered_method=True)
+        self.StartStep = channel.unary_unary(
+                '/corral.v1.Corral/StartStep',
+                request_serializer=corral_dot_api_dot_v1_dot_corral__pb2.StartStepRequest.SerializeToString,
+                response_deserializer=corral_dot_api_dot_v1_dot_corral__pb2.Step.FromString,
+                _registered_method=True)
+        self.ListSteps = channel.unary_unary(
+                '/corral.v1.Corral/ListSteps',
+                request_serializer=corral_dot_api_dot_v1_dot_corral__pb2.ListStepsRequest.SerializeToString,
+                response_deserializer=corral_dot_api_dot_v1_dot_corral__pb2.StepList.FromString,
+                _registered_method=True)
+        self.GetStep = channel.unary_unary(
+                '/corral.v1.Corral/GetStep',
+                request_serializer=corral_dot_api_dot_v1_dot_corral__pb2.StepRequest.SerializeToString,
+                response_deserializer=corral_dot_api_dot_v1_dot_corral__pb2.Step.FromString,
+                _registered_method=True)
+        self.CancelStep = channel.unary_unary(
+                '/corral.v1.Corral/CancelStep',
+                request_serializer=corral_dot_api_dot_v1_dot_corral__pb2.StepRequest.SerializeToString,
+                response_deserializer=corral_dot_api_dot_v1_dot_corral__pb2.Step.FromString,
                 _registered_method=True)
 
 
@@ -257,6 +307,13 @@ class CorralServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ResetNode(self, request, context):
+        """Free a node's name for a new agent (POST /nodes/{name}/reset; admins).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ListQueues(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -311,6 +368,68 @@ class CorralServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Health(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetNodeTelemetry(self, request, context):
+        """Recent GPU samples of a node (GET /nodes/{name}/telemetry) or of a job's GPUs while
+        it held them (GET /jobs/{job_id}/telemetry), taken after `since`.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetJobTelemetry(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetUsage(self, request, context):
+        """Accounting of a window per queue, user or job (GET /usage).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListAudit(self, request, context):
+        """State-changing calls, oldest first (GET /audit; admins): a page below `before`.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReportCheckpoint(self, request, context):
+        """A job reports a complete checkpoint (POST /jobs/{job_id}/checkpoint): with its own
+        job token (its current attempt) or its owner's (an admin's) token.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def StartStep(self, request, context):
+        """Job steps (POST/GET /jobs/{job_id}/steps, GET /jobs/{job_id}/steps/{step},
+        POST .../cancel): the job's own token or its owner's (an admin's).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListSteps(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetStep(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CancelStep(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -394,6 +513,11 @@ def add_CorralServicer_to_server(servicer, server):
                     request_deserializer=corral_dot_api_dot_v1_dot_corral__pb2.NoticeRequest.FromString,
                     response_serializer=corral_dot_api_dot_v1_dot_corral__pb2.Notice.SerializeToString,
             ),
+            'ResetNode': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResetNode,
+                    request_deserializer=corral_dot_api_dot_v1_dot_corral__pb2.NodeRequest.FromString,
+                    response_serializer=corral_dot_api_dot_v1_dot_corral__pb2.Node.SerializeToString,
+            ),
             'ListQueues': grpc.unary_unary_rpc_method_handler(
                     servicer.ListQueues,
                     request_deserializer=google_dot_protobuf_dot_empty__pb2.Empty.FromString,
@@ -438,6 +562,51 @@ def add_CorralServicer_to_server(servicer, server):
                     servicer.Health,
                     request_deserializer=google_dot_protobuf_dot_empty__pb2.Empty.FromString,
                     response_serializer=corral_dot_api_dot_v1_dot_corral__pb2.HealthResponse.SerializeToString,
+            ),
+            'GetNodeTelemetry': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetNodeTelemetry,
+                    request_deserializer=corral_dot_api_dot_v1_dot_corral__pb2.NodeTelemetryRequest.FromString,
+                    response_serializer=corral_dot_api_dot_v1_dot_corral__pb2.Telemetry.SerializeToString,
+            ),
+            'GetJobTelemetry': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetJobTelemetry,
+                    request_deserializer=corral_dot_api_dot_v1_dot_corral__pb2.JobTelemetryRequest.FromString,
+                    response_serializer=corral_dot_api_dot_v1_dot_corral__pb2.Telemetry.SerializeToString,
+            ),
+            'GetUsage': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetUsage,
+                    request_deserializer=corral_dot_api_dot_v1_dot_corral__pb2.UsageRequest.FromString,
+                    response_serializer=corral_dot_api_dot_v1_dot_corral__pb2.Usage.SerializeToString,
+            ),
+            'ListAudit': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListAudit,
+                    request_deserializer=corral_dot_api_dot_v1_dot_corral__pb2.ListAuditRequest.FromString,
+                    response_serializer=corral_dot_api_dot_v1_dot_corral__pb2.AuditList.SerializeToString,
+            ),
+            'ReportCheckpoint': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportCheckpoint,
+                    request_deserializer=corral_dot_api_dot_v1_dot_corral__pb2.CheckpointRequest.FromString,
+                    response_serializer=corral_dot_api_dot_v1_dot_corral__pb2.Job.SerializeToString,
+            ),
+            'StartStep': grpc.unary_unary_rpc_method_handler(
+                    servicer.StartStep,
+                    request_deserializer=corral_dot_api_dot_v1_dot_corral__pb2.StartStepRequest.FromString,
+                    response_serializer=corral_dot_api_dot_v1_dot_corral__pb2.Step.SerializeToString,
+            ),
+            'ListSteps': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListSteps,
+                    request_deserializer=corral_dot_api_dot_v1_dot_corral__pb2.ListStepsRequest.FromString,
+                    response_serializer=corral_dot_api_dot_v1_dot_corral__pb2.StepList.SerializeToString,
+            ),
+            'GetStep': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetStep,
+                    request_deserializer=corral_dot_api_dot_v1_dot_corral__pb2.StepRequest.FromString,
+                    response_serializer=corral_dot_api_dot_v1_dot_corral__pb2.Step.SerializeToString,
+            ),
+            'CancelStep': grpc.unary_unary_rpc_method_handler(
+                    servicer.CancelStep,
+                    request_deserializer=corral_dot_api_dot_v1_dot_corral__pb2.StepRequest.FromString,
+                    response_serializer=corral_dot_api_dot_v1_dot_corral__pb2.Step.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -856,6 +1025,33 @@ class Corral:
             _registered_method=True)
 
     @staticmethod
+    def ResetNode(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.Corral/ResetNode',
+            corral_dot_api_dot_v1_dot_corral__pb2.NodeRequest.SerializeToString,
+            corral_dot_api_dot_v1_dot_corral__pb2.Node.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
     def ListQueues(request,
             target,
             options=(),
@@ -1088,6 +1284,249 @@ class Corral:
             '/corral.v1.Corral/Health',
             google_dot_protobuf_dot_empty__pb2.Empty.SerializeToString,
             corral_dot_api_dot_v1_dot_corral__pb2.HealthResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetNodeTelemetry(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.Corral/GetNodeTelemetry',
+            corral_dot_api_dot_v1_dot_corral__pb2.NodeTelemetryRequest.SerializeToString,
+            corral_dot_api_dot_v1_dot_corral__pb2.Telemetry.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetJobTelemetry(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.Corral/GetJobTelemetry',
+            corral_dot_api_dot_v1_dot_corral__pb2.JobTelemetryRequest.SerializeToString,
+            corral_dot_api_dot_v1_dot_corral__pb2.Telemetry.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetUsage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.Corral/GetUsage',
+            corral_dot_api_dot_v1_dot_corral__pb2.UsageRequest.SerializeToString,
+            corral_dot_api_dot_v1_dot_corral__pb2.Usage.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListAudit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.Corral/ListAudit',
+            corral_dot_api_dot_v1_dot_corral__pb2.ListAuditRequest.SerializeToString,
+            corral_dot_api_dot_v1_dot_corral__pb2.AuditList.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportCheckpoint(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.Corral/ReportCheckpoint',
+            corral_dot_api_dot_v1_dot_corral__pb2.CheckpointRequest.SerializeToString,
+            corral_dot_api_dot_v1_dot_corral__pb2.Job.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StartStep(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.Corral/StartStep',
+            corral_dot_api_dot_v1_dot_corral__pb2.StartStepRequest.SerializeToString,
+            corral_dot_api_dot_v1_dot_corral__pb2.Step.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListSteps(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.Corral/ListSteps',
+            corral_dot_api_dot_v1_dot_corral__pb2.ListStepsRequest.SerializeToString,
+            corral_dot_api_dot_v1_dot_corral__pb2.StepList.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetStep(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.Corral/GetStep',
+            corral_dot_api_dot_v1_dot_corral__pb2.StepRequest.SerializeToString,
+            corral_dot_api_dot_v1_dot_corral__pb2.Step.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CancelStep(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.Corral/CancelStep',
+            corral_dot_api_dot_v1_dot_corral__pb2.StepRequest.SerializeToString,
+            corral_dot_api_dot_v1_dot_corral__pb2.Step.FromString,
             options,
             channel_credentials,
             insecure,

@@ -11,6 +11,8 @@ const TELEMETRY_MS = 5000;
 const TELEMETRY_KEEP_S = 15 * 60;
 const FEED_MAX = 60;
 const FEED_SEED = 25; // recorded events shown when the page opens
+const JOB_PAGE = 1000; // jobs asked for at a time (GET /jobs answers at most its `limit`)
+const RECENT_JOBS = 200; // ended jobs shown besides the active ones
 
 export const state = {
   nodes: [],
@@ -53,7 +55,7 @@ export function refresh() {
 async function load() {
   try {
     const [nodes, queues, active, recent] = await Promise.all([
-      api.get("/nodes"), api.get("/queues"), api.get("/jobs"), api.get("/jobs", { all: true, limit: 200 }),
+      api.get("/nodes"), api.get("/queues"), allJobs(), api.get("/jobs", { all: true, limit: RECENT_JOBS }),
     ]);
     const jobs = new Map();
     for (const job of [...recent.jobs, ...active.jobs]) jobs.set(job.id, job);
@@ -71,6 +73,23 @@ async function load() {
     state.live.error = err.message;
   }
   emit("data");
+}
+
+/**
+ * Every job GET /jobs lists with ``params`` (by default the active ones), oldest first:
+ * a page of ``JOB_PAGE`` at a time, newest first, passing each page's ``next`` as
+ * ``before`` while ``has_more`` (new jobs never shift a page), as ``corral jobs`` does.
+ */
+export async function allJobs(params = {}) {
+  const pages = [];
+  let before = null;
+  for (;;) {
+    const page = await api.get("/jobs", { ...params, limit: JOB_PAGE, before });
+    pages.push(page.jobs);
+    if (!page.has_more || page.next === null || page.next === undefined) break;
+    before = page.next;
+  }
+  return { jobs: pages.reverse().flat() };
 }
 
 // The feed shows what happened since the page opened (with a margin for clock skew).

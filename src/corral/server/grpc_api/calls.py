@@ -12,11 +12,12 @@ from typing import Any, TypeVar
 
 import grpc
 from fastapi.exceptions import RequestValidationError
+from google.protobuf.message import Message
 from pydantic import BaseModel
 from pydantic import ValidationError as PydanticValidationError
 from sqlalchemy.exc import DataError, DBAPIError
 
-from corral.api.convert import CODE_KEY, RETRY_AFTER_KEY, status_of
+from corral.api.convert import CODE_KEY, RETRY_AFTER_KEY, status_of, to_dict
 from corral.errors import (
     AuthenticationError,
     CorralError,
@@ -97,6 +98,11 @@ class Call:
             self.note(user=f"job:{job_id}", role="job", token_id=None)
             return ids[1], None
         return -1, self.user()
+
+
+def request_fields(request: Message) -> dict[str, Any]:
+    """A request's fields, without the absent optional ones (their defaults apply)."""
+    return {k: v for k, v in to_dict(request).items() if v is not None}
 
 
 def check(model: type[M], fields: dict[str, Any], where: tuple[str, ...] = ()) -> M:

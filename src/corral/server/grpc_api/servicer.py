@@ -19,7 +19,7 @@ from google.protobuf.empty_pb2 import Empty
 from pydantic import BaseModel, Field
 from pydantic import ValidationError as PydanticValidationError
 
-from corral.api.convert import to_dict, to_message
+from corral.api.convert import to_message
 from corral.api.v1 import corral_pb2 as pb
 from corral.api.v1 import corral_pb2_grpc as pb_grpc
 from corral.errors import LimitExceededError, PayloadTooLargeError, ValidationError
@@ -29,7 +29,10 @@ from corral.schemas.manifest import JobManifest
 from corral.server.context import Context
 from corral.server.deps import owner_of
 from corral.server.errors import describe_request_errors
+from corral.server.grpc_api.admin_calls import AdminCalls
 from corral.server.grpc_api.calls import Call, check, stream, unary
+from corral.server.grpc_api.calls import request_fields as _fields
+from corral.server.grpc_api.step_calls import StepCalls
 from corral.server.routers import cluster as cluster_routes
 from corral.server.routers.jobs import _as_job, _named
 from corral.server.services.advice import job_advice
@@ -91,11 +94,6 @@ class _EventQuery(BaseModel):
 
 class _IdempotencyKey(BaseModel):
     key: str | None = Field(None, alias="Idempotency-Key", min_length=1, max_length=255)
-
-
-def _fields(request: Any) -> dict[str, Any]:
-    """A request's fields, without the absent optional ones (their defaults apply)."""
-    return {k: v for k, v in to_dict(request).items() if v is not None}
 
 
 def _route(router: APIRouter, path: str) -> Callable[..., Any]:
@@ -160,7 +158,10 @@ class StreamSlots:
                 self._open -= 1
 
 
-class CorralServicer(pb_grpc.CorralServicer):
+class CorralServicer(AdminCalls, StepCalls, pb_grpc.CorralServicer):
+    """Every RPC: jobs, logs, the cluster, tokens and events here; telemetry, usage and
+    the audit log in ``admin_calls.py``; checkpoints and steps in ``step_calls.py``."""
+
     def __init__(self, ctx: Context, max_streams: int) -> None:
         self.ctx = ctx
         self.streams = StreamSlots(max_streams)
@@ -320,6 +321,14 @@ class CorralServicer(pb_grpc.CorralServicer):
         leave_at = self.ctx.clock() + body.deadline
         notice = NoticeOut(nodes=give_notice(self.ctx, name, body.deadline), leave_at=leave_at)
         return to_message(notice.model_dump(mode="json"), pb.Notice)
+
+    @unary(audited=True)
+    def ResetNode(self, request: pb.NodeRequest, call: Call) -> pb.Node:  # noqa: N802
+        call.note(target=request.name)  # as REST's: the path's, whatever the outcome
+        call.admin()
+        name = check(_NodeName, _fields(request)).name
+        node = NodeService(self.ctx).reset(name)
+        return to_message(node.model_dump(mode="json"), pb.Node)
 
     @unary()
     def ListQueues(self, request: Empty, call: Call) -> pb.QueueList:  # noqa: N802
