@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 
 import pytest
@@ -25,3 +26,14 @@ def postgres_server() -> Iterator[PostgresServer]:
 def postgres_url(postgres_server: PostgresServer) -> str:
     """A fresh, empty PostgreSQL database for this test."""
     return postgres_server.new_database()
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging() -> Iterator[None]:
+    """Undo what a command run in-process did to logging (``corral server`` and ``agent``
+    configure the root logger): the next test's output must not carry its records."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import TextIO
@@ -54,6 +55,22 @@ def configure(
     replacing the root logger's handlers. A name not of :class:`Level` or :class:`Format`
     (any case) raises ``ValueError``."""
     level, fmt = Level(str(level).lower()), Format(str(fmt).lower())
-    handler = logging.StreamHandler(stream)
+    handler = logging.StreamHandler(stream) if stream is not None else _StderrHandler()
     handler.setFormatter(JsonFormatter() if fmt is Format.json else logging.Formatter(TEXT))
     logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
+
+
+class _StderrHandler(logging.StreamHandler):
+    """Writes each record to ``sys.stderr`` as it is then, not as it was when configured:
+    a command run in-process (a test's CLI runner) swaps stderr and closes its copy."""
+
+    def __init__(self) -> None:
+        super().__init__()
+
+    @property  # type: ignore[override]
+    def stream(self) -> TextIO:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: TextIO) -> None:
+        pass

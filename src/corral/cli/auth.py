@@ -9,9 +9,7 @@ from typing import Annotated
 
 import typer
 
-from corral.cli.common import Output, OutputOpt, ServerOpt, TokenOpt, console, print_json
-from corral.cli.render import audit_table
-from corral.client import Client
+from corral.cli.common import Output, OutputOpt, ServerOpt, TokenOpt, client, console, print_json
 from corral.client.config import (
     CA_FILE,
     SERVER_FILE,
@@ -34,14 +32,16 @@ CaCertOpt = Annotated[
 @app.command()
 def login(server: ServerOpt = None, token: TokenOpt = None, ca_cert: CaCertOpt = None) -> None:
     """Check a token against the server (whoami), then store both in $CORRAL_HOME (0600)."""
+    from corral.client.client import Client
+
     secret = resolve_token(token)
     if not secret:
         raise ValidationError("no token: pass --token (an admin creates one: corral token create)")
     if ca_cert is not None and not ca_cert.is_file():
         raise ValidationError(f"--ca-cert: no such file {ca_cert}")
     servers = resolve_servers(server)
-    with Client(servers, secret, ca_cert=ca_cert) as client:
-        who = client.whoami()
+    with Client(servers, secret, ca_cert=ca_cert) as c:
+        who = c.whoami()
     if who.role not in ("admin", "user"):
         raise ValidationError(f"a {who.role} token cannot log in; use a user or admin token")
     store(SERVER_FILE, ",".join(servers))
@@ -59,7 +59,7 @@ def whoami(
     server: ServerOpt = None, token: TokenOpt = None, output: OutputOpt = Output.table
 ) -> None:
     """Who the current token belongs to."""
-    who = Client(server, token).whoami()
+    who = client(server, token).whoami()
     if output is Output.json:
         print_json(who)
     else:
@@ -81,10 +81,12 @@ def audit(
 ) -> None:
     """State-changing API calls: who, what, when, outcome (admins); the newest --limit,
     saying when older ones are left out (-o json: has_more)."""
-    page = Client(server, token).audit_page(user, parse_since(since), limit)
+    page = client(server, token).audit_page(user, parse_since(since), limit)
     if output is Output.json:
         print_json({"entries": page.entries, "has_more": page.has_more})
         return
+    from corral.cli.render import audit_table
+
     console.print(audit_table(page.entries))
     if page.has_more:
         console.print(f"... older calls not shown; raise --limit (now {limit}) or use --since")
@@ -99,7 +101,7 @@ def reset_node(
 ) -> None:
     """Free a node's name for a reinstalled host (admins): the next agent to register it
     gets a new node credential; the node's running tasks are lost (requeued or failed)."""
-    result = Client(server, token).reset_node(node)
+    result = client(server, token).reset_node(node)
     if output is Output.json:
         print_json(result)
     else:

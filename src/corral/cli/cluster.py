@@ -10,11 +10,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import RenderableType
-from rich.text import Text
 
 from corral.cli.common import Output, OutputOpt, ServerOpt, TokenOpt, client, console, print_json
-from corral.cli.render import nodes_table, queues_table, replicas_table
 from corral.cli.watch import IntervalOpt, WatchOpt
 from corral.cli.watch import watch as show_again
 from corral.client.config import (
@@ -23,10 +20,11 @@ from corral.client.config import (
     corral_home,
 )
 from corral.errors import ConnectionFailedError
-from corral.schemas.api import NodeOut
 
 if TYPE_CHECKING:
-    pass
+    from rich.console import RenderableType
+
+    from corral.schemas.api import NodeOut
 
 app = typer.Typer()
 
@@ -151,6 +149,10 @@ def nodes(
     c = client(server, token)
 
     def draw(found: list[NodeOut]) -> RenderableType:
+        from rich.text import Text
+
+        from corral.cli.render import nodes_table
+
         if not found:
             return Text("no nodes registered (start agents with `corral agent` or `corral up`)")
         return nodes_table(found, time.time())
@@ -174,6 +176,8 @@ def status(
     if output is Output.json:
         print_json({"replicas": found})
     else:
+        from corral.cli.render import replicas_table
+
         console.print(replicas_table(found))
     if not any(r.reachable for r in found):
         raise ConnectionFailedError(f"no server reachable at {', '.join(r.address for r in found)}")
@@ -188,6 +192,8 @@ def queues(
     if output is Output.json:
         print_json({"queues": found})
     else:
+        from corral.cli.render import queues_table
+
         console.print(queues_table(found))
 
 

@@ -7,18 +7,46 @@ import sys
 import time
 from collections.abc import Iterable
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from pydantic import BaseModel
-from rich.console import Console
 
-from corral.client import Client
+if TYPE_CHECKING:
+    from rich.console import Console
 
-# Piped output keeps whole table rows (a terminal uses its own width). No emoji codes:
-# text such as "H:M:S" in a message or a job name must print as written, not as "HⓂS".
-console = Console(width=None if sys.stdout.isatty() else 200, emoji=False)
-err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 200, emoji=False)
+    from corral.client import Client
+
+
+class _LazyConsole:
+    """A Rich ``Console`` made on first use: a command that prints no Rich output (``corral
+    submit``, ``--version``, ``-o json``) does not import Rich (issue 21: a fast CLI).
+    Attributes are the real console's; ``real`` is it, for Rich APIs that take a console."""
+
+    def __init__(self, stderr: bool) -> None:
+        self._stderr = stderr
+        self._real: Console | None = None
+
+    @property
+    def real(self) -> Console:
+        if self._real is None:
+            from rich.console import Console
+
+            # Piped output keeps whole table rows (a terminal uses its own width). No emoji
+            # codes: text such as "H:M:S" in a message or a job name must print as written,
+            # not as "HⓂS".
+            stream = sys.stderr if self._stderr else sys.stdout
+            width = None if stream.isatty() else 200
+            self._real = Console(stderr=self._stderr, width=width, emoji=False)
+        return self._real
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("_real", "_stderr"):  # not set yet (a copy): no recursion through real
+            raise AttributeError(name)
+        return getattr(self.real, name)
+
+
+console = _LazyConsole(stderr=False)
+err_console = _LazyConsole(stderr=True)
 
 
 class Output(StrEnum):
@@ -39,6 +67,8 @@ OutputOpt = Annotated[Output, typer.Option("--output", "-o", help="table or json
 
 
 def client(server: str | None, token: str | None) -> Client:
+    from corral.client.client import Client
+
     return Client(server, token)
 
 
@@ -54,13 +84,18 @@ def print_json_line(value: Any) -> None:
 
 
 def _plain(value: Any) -> Any:
-    if isinstance(value, BaseModel):
-        return value.model_dump(mode="json")
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    return value
+    from pydantic import BaseModel
+
+    def plain(value: Any) -> Any:
+        if isinstance(value, BaseModel):
+            return value.model_dump(mode="json")
+        if isinstance(value, dict):
+            return {k: plain(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [plain(v) for v in value]
+        return value
+
+    return plain(value)
 
 
 def ago(at: float | None) -> str:

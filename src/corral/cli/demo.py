@@ -9,8 +9,6 @@ from typing import Annotated
 import typer
 
 from corral.cli.common import console
-from corral.cli.render import job_panel, jobs_table
-from corral.client import Client
 from corral.client.config import DEFAULT_PORT, corral_home
 
 app = typer.Typer()
@@ -25,6 +23,8 @@ def demo(
     ] = False,
 ) -> None:
     """Start an embedded cluster, run a 2-node gang job that meets over TCP, and show it."""
+    from corral.cli.render import job_panel, jobs_table
+    from corral.client.client import Client
     from corral.embedded.cluster import EmbeddedCluster, pick_port, plan_nodes
 
     home = corral_home()

@@ -5,11 +5,9 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Group, RenderableType
-from rich.text import Text
 
 from corral.cli.common import (
     Output,
@@ -22,14 +20,20 @@ from corral.cli.common import (
     parse_pairs,
     print_json,
 )
-from corral.cli.render import array_label, job_panel, jobs_table, state_text
 from corral.cli.watch import IntervalOpt, WatchOpt
 from corral.cli.watch import watch as show_again
-from corral.client.client import names_array
 from corral.core.array import state_counts
 from corral.errors import ValidationError
-from corral.schemas.api import MAX_JOB_PAGE, JobList, JobOut
-from corral.schemas.manifest import JobManifest, load_manifest, parse_manifest
+from corral.schemas.limits import MAX_JOB_PAGE
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+
+    from corral.schemas.api import JobList, JobOut
+    from corral.schemas.manifest import JobManifest
+
+# Rich, the client (httpx) and the schemas (pydantic) are imported inside the commands
+# that use them, not here: building the `corral` app imports none of them (issue 21).
 
 app = typer.Typer()
 
@@ -38,6 +42,8 @@ def build_manifest(
     file: Path | None, command: list[str], flags: dict[str, Any], env: list[str]
 ) -> JobManifest:
     """The manifest from ``-f`` (if any) with the command-line flags laid over it."""
+    from corral.schemas.manifest import load_manifest, parse_manifest
+
     data: dict[str, Any] = {}
     if file is not None:
         try:
@@ -169,6 +175,8 @@ def submit(
     if output is Output.json:
         print_json(job)
     elif job.array is not None:
+        from corral.cli.render import array_label
+
         count = job.array.count
         print(
             f"submitted job array {job.array.job_id} ({count} element{'s' * (count != 1)}: "
@@ -206,6 +214,8 @@ def jobs(
     jobs with their nodes. A job array is one row, its elements counted by state, unless
     --array (-r, as squeue's) lists every element. Every job, oldest first; with --limit N
     the newest N, and how many more there are."""
+    from corral.schemas.api import JobList
+
     c = client(server, token)
 
     def fetch() -> JobList:
@@ -214,6 +224,11 @@ def jobs(
         return c.job_page(all, queue, state, not array, limit, count=True)
 
     def draw(found: JobList) -> RenderableType:
+        from rich.console import Group
+        from rich.text import Text
+
+        from corral.cli.render import jobs_table
+
         if not found.jobs:
             return Text("no jobs" + ("" if all else " (use --all to include ended jobs)"))
         if not found.remaining:
@@ -251,6 +266,8 @@ def show(
     if output is Output.json:
         print_json({**job.model_dump(mode="json"), "advice": advice})
     else:
+        from corral.cli.render import job_panel
+
         console.print(job_panel(job, time.time(), advice))
 
 
@@ -351,6 +368,9 @@ def _print_states(answers: list[tuple[str, JobOut]], output: Output, arrays: boo
     if output is Output.json:
         print_json({"jobs": [job for _, job in answers]})
         return
+    from corral.cli.render import state_text
+    from corral.client.client import names_array
+
     for ref, job in answers:
         if arrays and names_array(ref, job) and job.array is not None:
             console.print(f"job array {job.id}: {state_counts(job.array.states)}")
@@ -375,6 +395,9 @@ def wait(
         raise typer.Exit(2) from None
     if output is Output.json:
         print_json({"jobs": done})
+    from corral.cli.render import state_text
+    from corral.client.client import names_array
+
     failed = False
     for ref, job in zip(job_ids, done, strict=True):
         if names_array(ref, job) and job.array is not None:

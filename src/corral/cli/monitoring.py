@@ -7,11 +7,9 @@ import sys
 import time
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.table import Table
-from rich.text import Text
 
 from corral.cli.common import (
     Output,
@@ -22,10 +20,14 @@ from corral.cli.common import (
     console,
     print_json,
 )
-from corral.cli.render import cpu_time, state_text, when
 from corral.core.units import format_duration, format_size, parse_duration
 from corral.errors import ValidationError
-from corral.schemas.api import EventItem, TelemetrySample, UsageRow
+
+if TYPE_CHECKING:
+    from rich.table import Table
+    from rich.text import Text
+
+    from corral.schemas.api import EventItem, TelemetrySample, UsageRow
 
 app = typer.Typer()
 
@@ -108,6 +110,11 @@ def usage(
 
 
 def usage_table(rows: list[UsageRow], by: str) -> Table:
+    from rich.table import Table
+    from rich.text import Text
+
+    from corral.cli.render import cpu_time
+
     table = Table(box=None, header_style="bold", pad_edge=False)
     for col in (
         by.upper(),
@@ -141,6 +148,10 @@ def usage_table(rows: list[UsageRow], by: str) -> Table:
 
 
 def event_line(event: EventItem) -> Text:
+    from rich.text import Text
+
+    from corral.cli.render import state_text, when
+
     line = Text(f"{event.id:>6}  {when(event.at)}  {event.entity} {event.entity_id}")
     if event.entity == "job":
         line.append(f" #{event.attempt}")
@@ -221,6 +232,10 @@ def telemetry(
     if output is Output.json:
         print_json({"samples": samples})
         return
+    from rich.table import Table
+
+    from corral.cli.render import when
+
     latest: dict[tuple[str, int], TelemetrySample] = {}
     for s in samples:
         latest[(s.node, s.gpu)] = s

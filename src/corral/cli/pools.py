@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import time
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.table import Table
-from rich.text import Text
 
 from corral.cli.common import Output, OutputOpt, ServerOpt, TokenOpt, client, console, print_json
 from corral.core.units import format_duration, parse_duration
 from corral.errors import ValidationError
-from corral.schemas.api import PoolOut
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from corral.schemas.api import PoolOut
 
 app = typer.Typer()
 node_app = typer.Typer(help="Act on one node (spot termination notices).", no_args_is_help=True)
@@ -59,6 +61,9 @@ def notice(
 
 
 def pools_table(pools: list[PoolOut], now: float) -> Table:
+    from rich.table import Table
+    from rich.text import Text
+
     table = Table(box=None, header_style="bold", pad_edge=False)
     for col in (
         "POOL",

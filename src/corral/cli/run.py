@@ -18,15 +18,16 @@ import signal
 import sys
 import time
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import typer
-from rich.markup import escape
 
 from corral.cli import jobs as submit_cli
 from corral.cli.common import client, err_console
-from corral.client import Client
-from corral.schemas.api import JobOut
+
+if TYPE_CHECKING:
+    from corral.client.client import Client
+    from corral.schemas.api import JobOut
 
 app = typer.Typer()
 
@@ -157,6 +158,8 @@ class Runner:
 
     def say(self, text: str, progress: bool = True) -> None:
         if not (progress and self.quiet):
+            from rich.markup import escape
+
             err_console.print(f"corral: {escape(text)}", highlight=False, soft_wrap=True)
 
     def follow(self) -> int:

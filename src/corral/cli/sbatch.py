@@ -14,9 +14,7 @@ import sys
 import typer
 
 from corral.cli.common import client, err_console, print_json
-from corral.cli.sbatch_options import command_line, parse, parser
 from corral.errors import ValidationError
-from corral.schemas.manifest import parse_manifest
 
 app = typer.Typer()
 CLIENT_OPTIONS = {"--server": "server", "--token": "token"}
@@ -28,6 +26,9 @@ CLIENT_OPTIONS = {"--server": "server", "--token": "token"}
 )
 def sbatch(ctx: typer.Context) -> None:
     """Submit a Slurm batch script: corral sbatch [OPTIONS] SCRIPT [ARGS...] (--help)."""
+    from corral.cli.sbatch_options import command_line, parse
+    from corral.schemas.manifest import parse_manifest
+
     argv, settings = _client_settings(list(ctx.args))
     given = command_line(argv)
     if given.help:
@@ -83,6 +84,8 @@ def _client_settings(argv: list[str]) -> tuple[list[str], dict[str, str]]:
 
 def _takes_value(option: str) -> bool:
     """Whether ``option`` (as written, without ``=``) consumes the next argument."""
+    from corral.cli.sbatch_options import parser
+
     for action in parser()._actions:
         if option in action.option_strings:
             return action.nargs is None
@@ -110,6 +113,8 @@ def _read(path: str) -> str:
 
 
 def _help() -> str:
+    from corral.cli.sbatch_options import parser
+
     return parser().format_help() + (
         "\n\nCorral's own: --server URL, --token TOKEN, --json (the submitted job as JSON)."
         "\nSee docs/slurm.md for what each option does in Corral and what is not supported."

@@ -7,8 +7,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.text import Text
 
 from corral.cli.common import Output, OutputOpt, console, err_console, print_json
 from corral.errors import ValidationError
@@ -109,6 +107,8 @@ def sim(
             ]
             print_json({"configs": configs, "notes": notes})
     else:
+        from rich.text import Text
+
         console.print(Text(workload.source or "workload", style="bold"))
         for note in notes:
             console.print(Text(f"note: {note}", style="yellow"))
@@ -184,12 +184,20 @@ class _progress:
     def __init__(self, output: Output, name: str, total: int) -> None:
         self.bar = None
         if total >= 2000 and err_console.is_terminal:
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+            )
+
             self.bar = Progress(
                 TextColumn(f"simulating [bold]{name}[/]"),
                 BarColumn(),
                 MofNCompleteColumn(),
                 TimeElapsedColumn(),
-                console=err_console,
+                console=err_console.real,
                 transient=True,
             )
         self.total = total

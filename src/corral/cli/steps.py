@@ -9,7 +9,7 @@ import sys
 import threading
 import time
 from types import FrameType
-from typing import Annotated, TextIO
+from typing import TYPE_CHECKING, Annotated, TextIO
 
 import typer
 
@@ -23,10 +23,11 @@ from corral.cli.common import (
     parse_pairs,
     print_json,
 )
-from corral.cli.render import state_text
-from corral.client import Client
 from corral.client.config import resolve_job
-from corral.schemas.steps import StepOut
+
+if TYPE_CHECKING:
+    from corral.client.client import Client
+    from corral.schemas.steps import StepOut
 
 app = typer.Typer(help="Job steps: processes a running job starts on its own nodes.")
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -58,6 +59,8 @@ def run(
     it reads CORRAL_SERVER, CORRAL_JOB_ID and CORRAL_JOB_TOKEN). Relays the output, waits
     for every process, turns SIGINT, SIGTERM and SIGHUP into a cancel of the step, and
     exits with the first non-zero exit code (0 when all succeeded)."""
+    from corral.client.client import Client
+
     job = resolve_job()
     c = Client(job.server, job.token)
     guard = StepSignals()
@@ -230,6 +233,8 @@ def follow_step(
 def _steps_table(steps: list[StepOut]):  # noqa: ANN202 - a rich Table
     from rich.table import Table
 
+    from corral.cli.render import state_text
+
     table = Table(box=None, header_style="bold")
     for column in ("STEP", "STATE", "TASKS", "NODES", "EXIT", "BY", "COMMAND"):
         table.add_column(column)
@@ -250,6 +255,8 @@ def _steps_table(steps: list[StepOut]):  # noqa: ANN202 - a rich Table
 
 def _tasks_table(step: StepOut):  # noqa: ANN202 - a rich Table
     from rich.table import Table
+
+    from corral.cli.render import state_text
 
     table = Table(
         title=f"job {step.job_id} step {step.step}: {_command(step.command)}",

@@ -7,7 +7,6 @@ from typing import Annotated
 import typer
 
 from corral.cli.common import Output, OutputOpt, ServerOpt, TokenOpt, client, console, print_json
-from corral.cli.render import tokens_table
 
 app = typer.Typer(
     help="API tokens: admins create them; users list and revoke their own.", no_args_is_help=True
@@ -54,7 +53,12 @@ def list_tokens(
 ) -> None:
     """Tokens (secrets are never shown again)."""
     found = client(server, token).tokens()
-    print_json({"tokens": found}) if output is Output.json else console.print(tokens_table(found))
+    if output is Output.json:
+        print_json({"tokens": found})
+        return
+    from corral.cli.render import tokens_table
+
+    console.print(tokens_table(found))
 
 
 @app.command()

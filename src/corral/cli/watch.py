@@ -11,15 +11,16 @@ import time
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from itertools import chain
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
-from rich.console import Group, RenderableType
-from rich.live import Live
-from rich.text import Text
 
 from corral.cli.common import Output, console, err_console, print_json_line
 from corral.errors import ConnectionFailedError
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+    from rich.text import Text
 
 T = TypeVar("T")
 
@@ -58,8 +59,12 @@ def watch(
             else:
                 console.print(_header(interval), draw(found), "")
         return
+    from rich.console import Group
+    from rich.live import Live
+    from rich.text import Text
+
     shown = draw(first)
-    with Live(Group(_header(interval), shown), console=console, auto_refresh=False) as live:
+    with Live(Group(_header(interval), shown), console=console.real, auto_refresh=False) as live:
         for found in later:
             if isinstance(found, ConnectionFailedError):
                 failed = Text(f"error: {found.message}", style="red")
@@ -80,5 +85,7 @@ def _refreshes(fetch: Callable[[], T], interval: float) -> Iterator[T | Connecti
 
 
 def _header(interval: float) -> Text:
+    from rich.text import Text
+
     at = datetime.now().strftime("%H:%M:%S")
     return Text(f"every {interval:g}s, at {at} (Ctrl-C to stop)", style="dim")

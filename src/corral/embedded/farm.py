@@ -30,7 +30,10 @@ def _preload() -> TyperGroup:
     more than an agent's own start), so that forked children need neither."""
     import typer
 
-    import corral.agent.agent  # noqa: F401
+    import corral.agent.agent  # noqa: F401  (and what ``corral agent`` imports when run)
+    import corral.agent.host  # noqa: F401
+    import corral.cli.common  # noqa: F401
+    import corral.privatefiles  # noqa: F401
     from corral.cli.main import app
 
     return typer.main.get_command(app)

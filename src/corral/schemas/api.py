@@ -4,12 +4,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from corral.schemas.common import Strict
+from corral.schemas.limits import MAX_JOB_PAGE as MAX_JOB_PAGE  # the routers' and CLI's
 
 
-class Health(BaseModel):
+class Body(BaseModel):
+    """Base of the response bodies: each builds its validator when first used, not at
+    import, so that a command reading one kind of answer (``corral show``: a job) pays for
+    that one alone (issue 21, a CLI that starts fast). Not for request bodies: FastAPI
+    warns about a deferred model as a body parameter."""
+
+    model_config = ConfigDict(defer_build=True)
+
+
+class Health(Body):
     status: str  # "ok", or "degraded" when this replica cannot read the database
     version: str
     time: float
@@ -20,7 +30,7 @@ class Health(BaseModel):
     leader_since: float | None = None  # when that leader took the lease
 
 
-class ReplicaHealth(BaseModel):
+class ReplicaHealth(Body):
     """One configured server address as the client saw it (``corral status``)."""
 
     address: str
@@ -29,7 +39,7 @@ class ReplicaHealth(BaseModel):
     error: str | None = None
 
 
-class TaskOut(BaseModel):
+class TaskOut(Body):
     rank: int
     node: str
     node_rank: int
@@ -50,7 +60,7 @@ class TaskOut(BaseModel):
     daemon: bool = False  # of a role that serves the others (its outcome is not the job's)
 
 
-class EventOut(BaseModel):
+class EventOut(Body):
     at: float
     attempt: int
     from_state: str
@@ -58,7 +68,7 @@ class EventOut(BaseModel):
     reason: str
 
 
-class AttemptOut(BaseModel):
+class AttemptOut(Body):
     attempt: int
     nodes: list[str]
     started_at: float | None
@@ -66,7 +76,7 @@ class AttemptOut(BaseModel):
     outcome: str | None  # why it ended
 
 
-class ArrayOut(BaseModel):
+class ArrayOut(Body):
     """A job array seen whole (``core.array``): with each element of it (``JobOut.array``)
     shown one by one, and with the row standing for it in a grouped list."""
 
@@ -79,7 +89,7 @@ class ArrayOut(BaseModel):
     job_ids: list[int] = Field(default_factory=list)  # in index order: in a submission's answer
 
 
-class JobOut(BaseModel):
+class JobOut(Body):
     id: int
     name: str | None
     user: str
@@ -134,10 +144,7 @@ class CheckpointIn(Strict):
     path: str | None = Field(default=None, max_length=4096)
 
 
-MAX_JOB_PAGE = 100_000  # the most jobs one page of ``GET /jobs`` holds
-
-
-class JobList(BaseModel):
+class JobList(Body):
     """A page of jobs, oldest first: the newest ``limit`` matching jobs below the cursor.
     ``has_more``: older matching jobs exist; ``next``: the cursor (``before``) that asks
     for them; ``remaining``: how many there are (only when asked, ``count=true``)."""
@@ -148,13 +155,13 @@ class JobList(BaseModel):
     remaining: int | None = None
 
 
-class AdviceOut(BaseModel):
+class AdviceOut(Body):
     """What would let a pending job start sooner (empty for jobs not pending)."""
 
     hints: list[str]
 
 
-class LogOut(BaseModel):
+class LogOut(Body):
     job_id: int
     attempt: int
     task: int
@@ -164,7 +171,7 @@ class LogOut(BaseModel):
     complete: bool  # the task has ended and its whole log is here
 
 
-class DeviceOut(BaseModel):
+class DeviceOut(Body):
     index: int
     model: str
     memory: int
@@ -179,7 +186,7 @@ class DeviceOut(BaseModel):
     temperature: float | None = None
 
 
-class NodeOut(BaseModel):
+class NodeOut(Body):
     name: str
     state: str
     address: str
@@ -199,22 +206,22 @@ class NodeOut(BaseModel):
     reason: str | None = None
 
 
-class NodeList(BaseModel):
+class NodeList(Body):
     nodes: list[NodeOut]
 
 
-class NoticeIn(BaseModel):
+class NoticeIn(BaseModel):  # a request body: not deferred (see Body)
     """A spot termination notice: the node leaves within ``deadline`` seconds."""
 
     deadline: float = Field(ge=0, le=86400)
 
 
-class NoticeOut(BaseModel):
+class NoticeOut(Body):
     nodes: list[str]  # the nodes given notice (a pool unit's leave together)
     leave_at: float
 
 
-class UnitOut(BaseModel):
+class UnitOut(Body):
     name: str
     phase: str
     nodes: list[str]
@@ -225,7 +232,7 @@ class UnitOut(BaseModel):
     reason: str = ""
 
 
-class PoolOut(BaseModel):
+class PoolOut(Body):
     name: str
     provider: str
     min: int
@@ -244,11 +251,11 @@ class PoolOut(BaseModel):
     units: list[UnitOut]
 
 
-class PoolList(BaseModel):
+class PoolList(Body):
     pools: list[PoolOut]
 
 
-class QueueOut(BaseModel):
+class QueueOut(Body):
     name: str
     weight: float
     quota: dict[str, float]
@@ -261,7 +268,7 @@ class QueueOut(BaseModel):
     share: float = 0.0  # weighted dominant share (fair share orders by it, lowest first)
 
 
-class QueueList(BaseModel):
+class QueueList(Body):
     queues: list[QueueOut]
 
 
@@ -276,7 +283,7 @@ class TokenCreate(Strict):
     unix_user: str | None = Field(default=None, min_length=1, max_length=128, pattern=UNIX_NAME)
 
 
-class TokenOut(BaseModel):
+class TokenOut(Body):
     id: int
     user: str
     role: str
@@ -286,11 +293,11 @@ class TokenOut(BaseModel):
     unix_user: str | None = None  # the account its jobs run as (None: ``user``)
 
 
-class TokenList(BaseModel):
+class TokenList(Body):
     tokens: list[TokenOut]
 
 
-class TelemetrySample(BaseModel):
+class TelemetrySample(Body):
     """One GPU reading as the server keeps it; ``job_id`` is null when the GPU was idle."""
 
     at: float
@@ -307,11 +314,11 @@ class TelemetrySample(BaseModel):
     job_ids: list[int] = Field(default_factory=list)  # every job sharing the GPU
 
 
-class TelemetryOut(BaseModel):
+class TelemetryOut(Body):
     samples: list[TelemetrySample]
 
 
-class EventItem(BaseModel):
+class EventItem(Body):
     """One job or node transition from the history, in id order."""
 
     id: int
@@ -324,7 +331,7 @@ class EventItem(BaseModel):
     reason: str
 
 
-class EventList(BaseModel):
+class EventList(Body):
     """``has_more``: more matching events lie past this page (after its last one when
     reading on from ``since_id``, before its first when reading the latest)."""
 
@@ -332,7 +339,7 @@ class EventList(BaseModel):
     has_more: bool = False
 
 
-class UsageRow(BaseModel):
+class UsageRow(Body):
     """Accounting of one queue, user or job over a window (``key`` names it)."""
 
     key: str
@@ -349,14 +356,14 @@ class UsageRow(BaseModel):
     name: str | None = None
 
 
-class UsageOut(BaseModel):
+class UsageOut(Body):
     by: str
     since: float
     until: float
     rows: list[UsageRow]
 
 
-class ErrorOut(BaseModel):
+class ErrorOut(Body):
     """Every error answer of the API (``server/errors.py``). `code` names the error: the
     SDK raises the same class (``corral.errors.ERRORS_BY_CODE``)."""
 
@@ -368,7 +375,7 @@ class ErrorOut(BaseModel):
     message: str = Field(description="one line for a person", examples=["no job with id 12"])
 
 
-class WhoAmI(BaseModel):
+class WhoAmI(Body):
     """The caller as the server sees the token."""
 
     user: str
@@ -377,7 +384,7 @@ class WhoAmI(BaseModel):
     node: str | None = None  # a node credential's node
 
 
-class AuditOut(BaseModel):
+class AuditOut(Body):
     id: int
     at: float
     user: str | None  # None: the call carried no valid credential
@@ -389,7 +396,7 @@ class AuditOut(BaseModel):
     status: int  # the HTTP status answered
 
 
-class AuditList(BaseModel):
+class AuditList(Body):
     """The newest entries below the cursor, oldest first; ``has_more``: older ones exist,
     ``next``: the cursor (``before``) that asks for them."""
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-import yaml
 from pydantic import Field, field_validator, model_serializer, model_validator
 
 from corral.core.array import MAX_SPEC_LENGTH, parse_array
@@ -425,6 +424,8 @@ def parse_manifest(data: Any) -> JobManifest:
 
 def load_manifest(text: str, source: str = "manifest") -> JobManifest:
     """Parse manifest YAML (or JSON) text."""
+    import yaml  # here: a manifest given as a mapping needs none (issue 21)
+
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
