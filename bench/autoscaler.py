@@ -6,7 +6,10 @@ Synthetic clusters of P pools x N nodes each: pools cycle through four kinds (8x
 tenth. Two loads:
 
 * ``mixed``: of the ready units 60% run whole-node jobs, 20% small jobs (1-4 GPUs), 20%
-  are idle (half of them for longer than ``scale_down_idle``);
+  are idle (half of them for longer than ``scale_down_idle``: a burst of drains);
+* ``steady``: ``mixed`` as a pass finds it in steady operation, every few seconds: the
+  idle units idle for up to ``scale_down_idle`` and 5 s (those past it crossed it since
+  the pass before);
 * ``busy``: every ready unit runs a whole-node job, so the pending jobs are all demand.
 
 The pending queue (``--pending``, 300 by default) mixes 1/2/4/8-GPU jobs, 2-4 node gangs
@@ -14,9 +17,19 @@ of 8 GPUs, A100-only jobs and v5p:2x2x4 slices. Each pass is timed with
 ``time.perf_counter`` after a ``gc.collect()``; the profile and the policies are built once,
 outside the timing, as the control plane and the simulator do.
 
-    python bench/autoscaler.py                    # full matrix (~1 min on 2 cores)
+Passes are timed two ways: given the keeper's ``ScalingIndex`` (``AutoscaleInput.index``,
+``scheduling/scaling_index.py``: built once, outside the timing, and kept between passes;
+before each pass ``--churn`` allocations, 20 by default, are released and held again, as
+jobs end and start, each change timed: ``update us``, the median; the first change after
+a build also maps nodes to units, once), and without one (``no index ms``:
+the pass sorts the input itself, as a caller that keeps no index pays on every pass).
+``index ms`` is building the index from scratch once.
+
+    python bench/autoscaler.py                    # full matrix (~2 min on 2 cores)
     python bench/autoscaler.py --quick            # 10 and 100 pools x 10 nodes
-    python bench/autoscaler.py --cprofile mixed:100:1000   # where the time goes
+    python bench/autoscaler.py --pools 100 --nodes 1000   # 100 pools x 1,000 nodes each
+    python bench/autoscaler.py --cprofile mixed:100:1000   # where the time goes (index kept)
+    python bench/autoscaler.py --cprofile mixed:100:1000 --no-index
 """
 
 from __future__ import annotations
@@ -49,12 +62,13 @@ from corral.scheduling.autoscaler import autoscale
 from corral.scheduling.config import SchedulerConfig
 from corral.scheduling.registry import build_profile
 from corral.scheduling.scaling import AutoscaleInput, Delete, Drain, Provision, ScalePlan
+from corral.scheduling.scaling_index import ScalingIndex
 from corral.scheduling.scaling_registry import check_policies
 from corral.schemas.cluster import PoolDecl
 
 GB = 1000**3
 NOW = 1_000_000.0
-LOADS = ("mixed", "busy")
+LOADS = ("mixed", "steady", "busy")
 FULL_POOLS = (10, 100)
 FULL_NODES = (10, 100, 1000)
 QUICK = (("mixed", 10, 10), ("busy", 10, 10), ("mixed", 100, 10), ("busy", 100, 10))
@@ -144,7 +158,7 @@ def build_scenario(load: str, pools: int, per_pool: int, pending: int, seed: int
             elif work < 0.8 and not pool.tpu:
                 allocations.append(_small(next(job_ids), members[0], rng.choice((1, 2, 4))))
             else:
-                idle_since = NOW - rng.uniform(0, 1200)
+                idle_since = NOW - rng.uniform(0, 605 if load == "steady" else 1200)
             units.append(Unit(name, pool.name, phase, NOW - 7200, NOW - 7200, names, idle_since))
     inp = AutoscaleInput(
         pools=tuple(all_pools),
@@ -186,28 +200,59 @@ def pending_jobs(count: int, rng: random.Random, tpu: bool) -> list[Job]:
 @dataclass
 class Result:
     scenario: Scenario
-    times: list[float]
+    times: list[float]  # passes given the kept index
+    plain: list[float]  # passes without one
+    build: float  # the index from scratch
+    updates: list[float]  # each change to the kept index
     plan: ScalePlan
 
 
-def time_passes(scenario: Scenario, config: SchedulerConfig, passes: int) -> Result:
+def time_passes(scenario: Scenario, config: SchedulerConfig, passes: int, churn: int) -> Result:
     profile = build_profile(config)
     policies = check_policies(config.autoscaling)
-    times = []
+    inp = scenario.inp
+    gc.collect()
+    start = time.perf_counter()
+    index = ScalingIndex.of(inp.pools, inp.units, inp.nodes, inp.allocations)
+    build = time.perf_counter() - start
+    kept = replace(inp, index=index)
+    rng = random.Random(len(inp.nodes))
+    times, plain, updates = [], [], []
     plan = ScalePlan()
+    for _ in range(passes):
+        for alloc in rng.sample(inp.allocations, min(churn, len(inp.allocations))):
+            for change in (index.release, index.hold):  # a job ends, one starts
+                start = time.perf_counter()
+                change(alloc)
+                updates.append(time.perf_counter() - start)
+        gc.collect()
+        start = time.perf_counter()
+        plan = autoscale(kept, config, profile, policies=policies)
+        times.append(time.perf_counter() - start)
     for _ in range(passes):
         gc.collect()
         start = time.perf_counter()
-        plan = autoscale(scenario.inp, config, profile, policies=policies)
-        times.append(time.perf_counter() - start)
-    return Result(scenario, times, plan)
+        autoscale(inp, config, profile, policies=policies)
+        plain.append(time.perf_counter() - start)
+    return Result(scenario, times, plain, build, updates, plan)
 
 
 def render(results: Sequence[Result], console: Console) -> None:
     table = Table(title="autoscaler: one autoscale() pass", title_justify="left")
     for column in ("load", "pools", "nodes/pool", "nodes", "pending"):
         table.add_column(column, justify="left" if column == "load" else "right")
-    for column in ("mean ms", "p50 ms", "max ms", "units added", "drains", "waits", "passes"):
+    for column in (
+        "mean ms",
+        "p50 ms",
+        "max ms",
+        "no index ms",
+        "index ms",
+        "update us",
+        "units added",
+        "drains",
+        "waits",
+        "passes",
+    ):
         table.add_column(column, justify="right")
     for r in results:
         s, plan = r.scenario, r.plan
@@ -222,6 +267,9 @@ def render(results: Sequence[Result], console: Console) -> None:
             f"{statistics.mean(r.times) * 1e3:,.1f}",
             f"{statistics.median(r.times) * 1e3:,.1f}",
             f"{max(r.times) * 1e3:,.1f}",
+            f"{statistics.mean(r.plain) * 1e3:,.1f}",
+            f"{r.build * 1e3:,.1f}",
+            f"{statistics.median(r.updates) * 1e6:,.0f}" if r.updates else "-",
             f"{added:,}",
             f"{drains:,}",
             f"{len(plan.waits):,}",
@@ -239,12 +287,19 @@ def machine() -> str:
     )
 
 
-def run_cprofile(spec: str, pending: int, seed: int, config: SchedulerConfig, console) -> None:  # noqa: ANN001
+def run_cprofile(  # noqa: PLR0913
+    spec: str, pending: int, seed: int, config: SchedulerConfig, indexed: bool, console: Console
+) -> None:
     load, pools, per_pool = spec.split(":")
     scenario = build_scenario(load, int(pools), int(per_pool), pending, seed)
     profile, policies = build_profile(config), check_policies(config.autoscaling)
+    inp = scenario.inp
+    if indexed:  # the keeper's index, and a pass before (as between passes)
+        inp = replace(inp, index=ScalingIndex.of(inp.pools, inp.units, inp.nodes, inp.allocations))
+        autoscale(inp, config, profile, policies=policies)
+    gc.collect()
     profiler = cProfile.Profile()
-    profiler.runcall(autoscale, scenario.inp, config, profile, policies=policies)
+    profiler.runcall(autoscale, inp, config, profile, policies=policies)
     for order in ("tottime", "cumulative"):
         out = io.StringIO()
         pstats.Stats(profiler, stream=out).strip_dirs().sort_stats(order).print_stats(22)
@@ -260,12 +315,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--load", choices=LOADS, action="append", help="only these loads")
     parser.add_argument("--pools", type=int, action="append", help="only these pool counts")
     parser.add_argument("--nodes", type=int, action="append", help="only these nodes per pool")
+    parser.add_argument(
+        "--churn", type=int, default=20, help="allocations changed before each pass (default 20)"
+    )
     parser.add_argument("--cprofile", metavar="LOAD:POOLS:NODES", help="profile one pass")
+    parser.add_argument(
+        "--no-index", action="store_true", help="--cprofile: a pass without the kept index"
+    )
     args = parser.parse_args(argv)
     console = Console(width=None if sys.stdout.isatty() else 150)
     config = SchedulerConfig()
     if args.cprofile:
-        run_cprofile(args.cprofile, args.pending, args.seed, config, console)
+        run_cprofile(args.cprofile, args.pending, args.seed, config, not args.no_index, console)
         return 0
     matrix = (
         list(QUICK)
@@ -284,11 +345,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.perf_counter()
     for load, pools, per_pool in matrix:
         scenario = build_scenario(load, pools, per_pool, args.pending, args.seed)
-        result = time_passes(scenario, config, args.passes)
+        result = time_passes(scenario, config, args.passes, args.churn)
         results.append(result)
         console.print(
             f"[dim]  {load:6} {pools:>4} pools x {per_pool:>5} nodes: "
-            f"{statistics.mean(result.times) * 1e3:,.1f} ms",
+            f"{statistics.mean(result.times) * 1e3:,.1f} ms "
+            f"({statistics.mean(result.plain) * 1e3:,.1f} ms without the index)",
             highlight=False,
         )
     render(results, console)

@@ -56,6 +56,12 @@ class Pool:
     def unit_name(self, index: int) -> str:
         return f"{self.name}-{index}"
 
+    def unit_node_names(self, unit: str) -> tuple[str, ...]:
+        """The names of :meth:`unit_nodes` (without building the nodes)."""
+        if self.tpu:
+            return tuple(f"{unit}-h{k:03d}" for k in range(len(self.template)))
+        return (unit,) * len(self.template)
+
     def unit_nodes(self, unit: str) -> tuple[Node, ...]:
         """The nodes of unit ``unit`` (a name from :meth:`unit_name`), labelled."""
         nodes = []

@@ -25,21 +25,38 @@ the simulator call :func:`autoscale` once per pass and carry out its actions (se
 
 With ``enabled: false`` only steps 1 and 2 run. Each pool gets one ``Provision`` per pass,
 naming the lowest unit indices no unit record uses.
+
+A pass reads the cluster through a ``ScalingIndex`` (``scheduling.scaling_index``): the
+keeper's (``inp.index``), kept between passes, or one sorted from the input. With the
+keeper's, a pass reads only what has something to do or to offer: units failed, draining
+or in flight, units idle past ``scale_down_idle``, the capacity placements try, the units
+a consolidation might empty; not every unit, node and allocation.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import replace
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 
 from corral.core.pools import PoolFailures, Unit, UnitPhase
 from corral.core.units import format_duration
 from corral.scheduling.config import SchedulerConfig
 from corral.scheduling.framework import Profile
 from corral.scheduling.scaling import AutoscaleInput, Delete, Drain, Provision, ScalePlan
-from corral.scheduling.scaling_consolidate import consolidate
+from corral.scheduling.scaling_consolidate import Rooms, consolidate
+from corral.scheduling.scaling_index import (
+    DELETING,
+    DRAINING,
+    FAILED,
+    FLYING,
+    MOVABLE,
+    PROVISIONING,
+    READY,
+    SETTLE,
+    ScalingIndex,
+    prefix,
+)
 from corral.scheduling.scaling_policies import (
     Demand,
     PoolState,
@@ -51,7 +68,6 @@ from corral.scheduling.scaling_registry import build_policies
 
 _NAME = attrgetter("name")
 _IDLE_SINCE = attrgetter("idle_since")
-_LEAVING = frozenset({UnitPhase.DRAINING, UnitPhase.DELETING, UnitPhase.FAILED})
 
 
 def autoscale(
@@ -90,11 +106,17 @@ class _Pass:
 
     def __init__(self, inp: AutoscaleInput, config: SchedulerConfig, profile: Profile | None):
         self.inp, self.now, self.auto = inp, inp.now, config.autoscaling
+        index = inp.index
+        if index is None:
+            index = ScalingIndex.of(inp.pools, inp.units, inp.nodes, inp.allocations)
+        elif index.pools != tuple(inp.pools):
+            raise ValueError("inp.index was built for other pools than inp.pools")
+        self.index = index
         self.states = {
             p.name: PoolState(p, failures=inp.failures.get(p.name, PoolFailures()))
             for p in inp.pools
         }
-        self.view = ScalingView(inp, config, self.states, profile)
+        self.view = ScalingView(inp, config, self.states, profile, index)
         self.deletes: list[Delete] = []
         self.preemptions: list[tuple[int, str]] = []
         self.drains: list[Drain] = []
@@ -108,54 +130,72 @@ class _Pass:
         self.cursor: dict[str, int] = defaultdict(int)
 
     def lifecycle(self) -> None:
-        states, ready = self.states, UnitPhase.READY
-        for unit in self.inp.units:
-            state = states.get(unit.pool)
-            if state is not None:
-                state.units.append(unit)
-                if unit.phase is ready:  # most units: nothing to do but count them
-                    state.counting.append(unit)
-                    state.ready.append(unit)
-                    if unit.idle_since is not None:
-                        state.idle.append(unit)
-                    continue
-            self._settle(unit, state)
+        """Only units with something to do are read: failed ones, draining ones that are
+        empty or were given a notice, those in flight, and those of pools not declared."""
+        index, units = self.index, self.index.units
+        found: list[tuple[int, Delete | Drain]] = []  # by the units' order
+        for name, state in self.states.items():
+            sorted_ = state.sorted = index.pool(name)
+            state.ready = sorted_.of(READY)
+            for seq, unit in (*sorted_.keys(FAILED), *sorted_.keys(SETTLE)):
+                action = self._settle(units[unit], state)
+                if action is not None:
+                    found.append((seq, action))
+            self._in_flight(state, found)
+        for name in index.unit_pools():
+            if name not in self.states:
+                for seq, unit in index.pool(name).all_keys():
+                    action = self._settle(units[unit], None)
+                    if action is not None:
+                        found.append((seq, action))
+        found.sort(key=itemgetter(0))
+        for _, action in found:
+            (self.deletes if isinstance(action, Delete) else self.drains).append(action)
 
-    def _settle(self, unit: Unit, state: PoolState | None) -> None:
-        """A unit not ready (or of a pool no longer declared): delete, drain or count it."""
+    def _settle(self, unit: Unit, state: PoolState | None) -> Delete | Drain | None:
+        """What to do with a unit failed, draining, or of a pool no longer declared."""
         phase = unit.phase
         if phase is UnitPhase.DELETING:
-            return
+            return None
         if phase is UnitPhase.FAILED:
             why = f" ({unit.reason})" if unit.reason else ""
-            self._delete(unit, f"provisioning failed{why}: cleaning up")
-        elif phase is UnitPhase.DRAINING:
+            return Delete(unit.pool, unit.name, f"provisioning failed{why}: cleaning up")
+        if phase is UnitPhase.DRAINING:
             if unit.deadline is not None and self.now >= unit.deadline:
-                self._delete(unit, "past its spot notice's deadline")
-            elif not self.view.busy(unit):
-                self._delete(unit, "drained: its nodes hold nothing")
-        elif state is None:
+                return Delete(unit.pool, unit.name, "past its spot notice's deadline")
+            if not self.view.busy(unit):
+                return Delete(unit.pool, unit.name, "drained: its nodes hold nothing")
+            return None
+        if state is None:
+            reason = f"pool {unit.pool} is no longer declared"
             if phase is UnitPhase.PROVISIONING:
-                self._delete(unit, f"pool {unit.pool} is no longer declared")
-            elif not self.view.busy(unit):
-                self.drains.append(
-                    Drain(unit.pool, unit.name, f"pool {unit.pool} is no longer declared")
-                )
-        else:  # provisioning (ready units of declared pools do not come here)
-            waited, limit = self.now - unit.requested_at, self.auto.timeout(state.pool)
-            if waited > limit:
+                return Delete(unit.pool, unit.name, reason)
+            if not self.view.busy(unit):
+                return Drain(unit.pool, unit.name, reason)
+        return None
+
+    def _in_flight(self, state: PoolState, found: list[tuple[int, Delete | Drain]]) -> None:
+        """The pool's units provisioning, less those past the timeout (the first ones
+        asked for): deleted as failed (and the pool backs off from now on)."""
+        sorted_, now, limit = state.sorted, self.now, self.auto.timeout(state.pool)
+        assert sorted_ is not None
+        flying = sorted_.keys(FLYING)
+        late = state.late = prefix(flying, lambda requested_at: now - requested_at > limit)
+        state.provisioning = sorted_.of(PROVISIONING)
+        if not late:
+            return
+        gone = {name for _, name in flying[:late]}
+        for seq, name in sorted_.keys(PROVISIONING):
+            if name in gone:
+                unit = self.index.units[name]
+                waited = now - unit.requested_at
                 reason = (
                     f"provisioning timed out: not ready {format_duration(waited)} after it "
                     f"was asked for (timeout {format_duration(limit)})"
                 )
-                self._delete(unit, reason, failed=True)
-                state.failures = PoolFailures(state.failures.count + 1, self.now)
-            else:
-                state.counting.append(unit)
-                state.provisioning.append(unit)
-
-    def _delete(self, unit: Unit, reason: str, failed: bool = False) -> None:
-        self.deletes.append(Delete(unit.pool, unit.name, reason, failed))
+                found.append((seq, Delete(unit.pool, unit.name, reason, failed=True)))
+                state.failures = PoolFailures(state.failures.count + 1, now)
+        state.provisioning = [u for u in state.provisioning if u.name not in gone]
 
     def keep_min(self) -> None:
         for name, state in self.states.items():
@@ -205,10 +245,10 @@ class _Pass:
         return max(0, allowed)
 
     def _plan(self, state: PoolState, units: int, reason: str, jobs: Sequence[int] = ()) -> None:
-        pool, names, taken = state.pool, self.view.unit_names, self.taken
+        pool, has, taken = state.pool, self.view.has_unit, self.taken
         for _ in range(units):
             i = self.cursor[pool.name]
-            while pool.unit_name(i) in names or pool.unit_name(i) in taken:
+            while has(pool.unit_name(i)) or pool.unit_name(i) in taken:
                 i += 1
             self.cursor[pool.name] = i + 1
             self.taken.add(pool.unit_name(i))
@@ -218,77 +258,95 @@ class _Pass:
 
     def scale_down(self) -> None:
         idle_for, now, keep = self.auto.scale_down_idle, self.now, self.keep
-        held = self.view.usage.held.keys()
-        limit = format_duration(idle_for)
+        busy = self.index.usage.held.keys()  # (never a unit holding work, whatever its record)
+        unit_nodes = self.index.unit_nodes
+        limit = f"scale_down_idle {format_duration(idle_for)}"
+
+        def due(since: float) -> bool:
+            return now - since >= idle_for
+
         for name, state in self.states.items():
             pool = state.pool
             if state.planned:
                 continue  # growing: idle units would have taken the work
             floor = max(pool.min, self.floors.get(name, 0))
-            over = len(state.counting) - pool.max
+            counting = state.counting
+            over = counting - pool.max
+            drained: set[str] = set()
             if over > 0:  # above a lowered max: any idle unit, the longest idle first
                 idle = [u for u in state.ready if u.name not in keep]
                 idle.sort(key=_NAME, reverse=True)  # the highest names first ...
                 idle.sort(key=lambda u: u.idle_since if u.idle_since is not None else now)
-            elif len(state.counting) > floor:
-                idle = [
-                    u for u in state.idle if now - u.idle_since >= idle_for and u.name not in keep
-                ]
-                idle.sort(key=_NAME, reverse=True)  # the highest names first ...
-                idle.sort(key=_IDLE_SINCE)  # ... of those idle as long
-            else:
-                continue
-            drained: set[str] = set()
-            for unit in idle:
-                since = unit.idle_since
-                if not held.isdisjoint(unit.nodes or self.view.unit_nodes(unit)):
-                    continue  # never a unit holding work (whatever its record says)
-                if over > 0:
-                    reason = f"above the pool's max of {pool.max}"
-                elif since is None or now - since < idle_for:
-                    continue
-                elif len(state.counting) - len(drained) <= floor:
-                    break
-                else:
-                    reason = f"idle for {format_duration(now - since)} (scale_down_idle {limit})"
-                self.drains.append(Drain(name, unit.name, reason))
-                drained.add(unit.name)
-                over -= 1
-            if drained:  # (the last step: what ``desired`` counts; ready and idle stay)
-                state.counting = [u for u in state.counting if u.name not in drained]
+                for unit in idle:  # (above the max, then idle past scale_down_idle)
+                    since = unit.idle_since
+                    if not busy.isdisjoint(unit_nodes(unit)):
+                        continue
+                    if over > 0:
+                        reason = f"above the pool's max of {pool.max}"
+                    elif since is None or now - since < idle_for:
+                        continue
+                    elif counting - len(drained) <= floor:
+                        break
+                    else:
+                        reason = f"idle for {format_duration(now - since)} ({limit})"
+                    self.drains.append(Drain(name, unit.name, reason))
+                    drained.add(unit.name)
+                    over -= 1
+            elif counting > floor:  # idle past scale_down_idle, down to the floor
+                assert state.sorted is not None
+                idle = [u for u in state.sorted.idle_until(due) if u.name not in keep]
+                if len({u.idle_since for u in idle}) < len(idle):
+                    idle.sort(key=_NAME, reverse=True)  # the highest names first ...
+                    idle.sort(key=_IDLE_SINCE)  # ... of those idle as long
+                room = counting - floor
+                for unit in idle:
+                    if len(drained) >= room:
+                        break
+                    if busy.isdisjoint(unit.nodes or unit_nodes(unit)):
+                        reason = f"idle for {format_duration(now - unit.idle_since)} ({limit})"
+                        self.drains.append(Drain(name, unit.name, reason))
+                        drained.add(unit.name)
+            state.gone |= drained  # (the last step: what ``desired`` counts; ready stay)
 
     def consolidate(self) -> None:
         """Drain units whose few jobs fit elsewhere, moving the jobs
         (``scaling_consolidate``); only when nothing is pending, never below a floor."""
         if not self.auto.consolidate or self.inp.pending:
             return
+        index, keep = self.index, self.keep
         gone = {d.unit for d in (*self.drains, *self.deletes)}
+        # only a unit with a device not wholly held can be less than wholly used; of
+        # those, only one whose jobs might all move can be emptied
+        light = self.auto.consolidate_below <= 1
         candidates = []
         for name, state in self.states.items():
             floor = max(state.pool.min, self.floors.get(name, 0))
-            if state.planned or len(state.counting) <= floor:
+            if state.planned or state.counting <= floor:
                 continue
-            for unit in state.ready:
-                if unit.name not in self.keep and unit.name not in gone:
-                    nodes = unit.nodes or self.view.unit_nodes(unit)
-                    candidates.append((state.pool, replace(unit, nodes=tuple(nodes))))
+            assert state.sorted is not None
+            for unit in state.sorted.of(MOVABLE) if light else state.ready:
+                if unit.name not in keep and unit.name not in gone:
+                    candidates.append((state.pool, unit, tuple(index.unit_nodes(unit))))
         if not candidates:
             return
-        leaving = {
-            n
-            for unit in self.inp.units
-            if unit.name in gone or unit.phase in _LEAVING
-            for n in (unit.nodes or self.view.unit_nodes(unit))
-        }
-        nodes = {node.name: node for node in self.inp.nodes}
+        leaving = {n for name in gone for n in index.unit_nodes(index.units[name])}
+        for name in index.unit_pools():
+            sorted_ = index.pool(name)
+            for phase in (DRAINING, DELETING, FAILED):
+                for unit in sorted_.of(phase):
+                    leaving.update(index.unit_nodes(unit))
         drains, self.preemptions = consolidate(
-            candidates, nodes, self.inp.allocations, leaving, self.auto, self.now
+            candidates,
+            index.nodes,
+            index.usage,
+            lambda: index.derived("rooms", lambda: Rooms(index)),
+            leaving,
+            self.auto,
+            self.now,
         )
         self.drains += drains
-        moved = {d.unit for d in drains}
-        for state in self.states.values():
-            if moved.intersection(u.name for u in state.counting):
-                state.counting = [u for u in state.counting if u.name not in moved]
+        for drain in drains:
+            self.states[drain.pool].gone.add(drain.unit)
 
     def plan(self) -> ScalePlan:
         provisions = [

@@ -17,11 +17,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from corral.core.allocation import Allocation
 from corral.core.job import Job
 from corral.core.node import Node
 from corral.core.pools import Pool, PoolFailures, Unit
+
+if TYPE_CHECKING:
+    from corral.scheduling.scaling_index import ScalingIndex
 
 
 @dataclass(frozen=True)
@@ -59,6 +63,10 @@ class AutoscaleInput:
     in its order (held jobs and jobs waiting on dependencies left out); ``duty``: each
     node's recent mean GPU duty cycle (0..1) where telemetry has it; ``failures``: recent
     provisioning failures per pool.
+
+    ``index``: the same units, nodes and allocations as the keeper keeps them sorted
+    between passes (``scheduling.scaling_index``), built for these ``pools``; the pass
+    reads it instead of them, and so reads only what matters. None: the pass sorts them.
     """
 
     pools: tuple[Pool, ...]
@@ -69,6 +77,7 @@ class AutoscaleInput:
     now: float
     duty: Mapping[str, float] = field(default_factory=dict)
     failures: Mapping[str, PoolFailures] = field(default_factory=dict)
+    index: ScalingIndex | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)

@@ -17,15 +17,24 @@ and out of the snapshot, rules out hopeless trials first (:meth:`Capacity.may_fi
 pass places jobs on a few hundred nodes, not on a snapshot of the whole cluster. Busy TPU
 slices and fixed TPU hosts go in at once (a slice needs its pod's free hosts together).
 
+The pools' groups come from the index (``scheduling.scaling_index``), which keeps each
+pool's ready units sorted so (fresh; partial by free devices; full) and its units in
+flight by request time: sorting costs a few lookups per pool, and a group's members are
+looked up as they are added (``scaling_index.Coming`` makes the coming ones as read).
+The fixed nodes are read one by one.
+
 Nodes of pools lose their pool and unit labels in the snapshot (unless a pending job
 selects by them), so that the evaluator shares verdicts between alike nodes.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
-from collections.abc import Hashable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from functools import cached_property
+from typing import Any
 
 from corral.core.allocation import Allocation
 from corral.core.node import Node, NodeState
@@ -35,16 +44,24 @@ from corral.core.tpu import POD_LABEL
 from corral.scheduling.feasibility import NodeShapes, node_shapes
 from corral.scheduling.framework import NodeRequest
 from corral.scheduling.plugins.filters import NodeSelectorFilter, fits_capacity
-from corral.scheduling.scaling_policies import NodeUsage, ScalingView
+from corral.scheduling.scaling_index import (
+    CROWDED,
+    FLYING,
+    FRESH,
+    FULL,
+    ROOMY,
+    Coming,
+    Entry,
+    ScalingIndex,
+    UnitList,
+)
+from corral.scheduling.scaling_policies import ScalingView
+from corral.scheduling.scaling_usage import NodeUsage
 from corral.scheduling.snapshot import NodeView, Snapshot, node_likeness
 
 READY, COMING, NEW = 0, 1, 2  # ready now; in flight or granted earlier; added by the walk
 POOL_LABELS = frozenset({POOL_LABEL, UNIT_LABEL, POD_LABEL})
 SELECTOR = NodeSelectorFilter()
-
-# (unit name, node names, seconds until ready, granted earlier this pass); a fixed node's
-# unit name is empty. A ready unit stands for its own entry (its nodes, 0, False).
-Entry = tuple[str, tuple[str, ...], float, bool]
 
 
 @dataclass(eq=False)
@@ -59,6 +76,7 @@ class Member:
     planned: bool = False  # granted earlier this pass (its jobs go on the Provision)
     group: Group | None = None
     untouched: bool = True  # no work assumed on it by this walk
+    holding: bool = False  # its allocations come into the snapshot (else: a partial group's)
 
 
 @dataclass(eq=False)
@@ -76,26 +94,43 @@ class Group:
     sample: Node
     estimate: tuple[int, ...]
     free: int | None = None
-    entries: list[Entry | Unit] = field(default_factory=list)
+    entries: Sequence[Entry | Unit] = ()  # (read as members are added; never changed)
     added: int = 0
     spare: int = 0  # added members still untouched
 
-    @property
-    def remaining(self) -> int:
-        return len(self.entries) - self.added
+    def __post_init__(self) -> None:
+        self.size, self.hosts = len(self.entries), len(self.estimate)
+        self.ids: tuple[int, int] = (-1, -1)  # numbers of ``alike`` and ``named``
+        self.order: tuple = ()  # where it sorts (``_order``)
 
     @property
-    def hosts(self) -> int:
-        return len(self.estimate)
+    def remaining(self) -> int:
+        return self.size - self.added
+
+
+class Likeness(tuple):
+    """A node's ``node_likeness`` that keeps its hash (hashed as it goes into a snapshot,
+    pass after pass); equal to the plain tuple, and hashed alike."""
+
+    def __new__(cls, items: tuple) -> Likeness:
+        made = super().__new__(cls, items)
+        made.hashed = tuple.__hash__(made)
+        return made
+
+    def __hash__(self) -> int:
+        return self.hashed
 
 
 class ScratchSnapshot(Snapshot):
     """A snapshot that nodes can be added to: each addition is logged as a change, so the
     evaluator's indexes pick it up as they do any other."""
 
-    def add(self, node: Node) -> NodeView:
+    def add(self, node: Node, likeness: tuple | None = None) -> NodeView:
+        """Add ``node`` (``likeness``: its ``node_likeness``, when known)."""
         view = NodeView(node)
-        view.kind = self._kinds.setdefault(node_likeness(node), len(self._kinds))
+        if likeness is None:
+            likeness = node_likeness(node)
+        view.kind = self._kinds.setdefault(likeness, len(self._kinds))
         self.nodes[node.name] = view
         self._views.append(view)
         self._changed(node.name)
@@ -139,29 +174,38 @@ class Capacity:
 
     def __init__(self, view: ScalingView) -> None:
         self.view = view
+        self.index: ScalingIndex = view.index
         self.usage: NodeUsage = view.usage
         inp = view.inp
         selected = {key for job in inp.pending for part in job.spec.parts
                     for key, _ in part.node_selector}  # fmt: skip
         self.dropped = frozenset({POOL_LABEL, UNIT_LABEL} - selected)
+        self._scrubs: dict[str, tuple[Node, Node, tuple]] = self.index.derived(
+            ("scrubbed", self.dropped), dict
+        )
         self.snapshot = ScratchSnapshot(())
         self.groups: list[Group] = []
         self.member_of: dict[str, Member] = {}  # snapshot node -> its member
         self.slot: dict[str, tuple[int, int]] = {}  # visible node -> (kind, free devices)
         self.hist: tuple[Counter[int], Counter[int]] = (Counter(), Counter())  # ready, all
         self.not_ready: dict[str, int] = {}  # coming and new nodes
-        self.kinds: dict[str, int] = {}
-        self._kind_ids: dict[Hashable, int] = {}
-        self._hosts: dict[tuple[NodeRequest, Hashable], bool] = {}
+        self.kinds: dict[str, int] = self.index.derived("kinds", lambda: _kinds(view.pools))
+        self._hosts: dict[NodeRequest, dict[int, bool]] = {}  # request -> alike's id -> ?
+        self._ids: dict[Hashable, int] = {}
         self._compatible: dict[tuple[NodeRequest, bool, int], list[Group]] = {}
-        self.by_name: dict[str, Node] = {}
-        self.holding: set[str] = set()  # nodes whose allocations come into the snapshot
-        self.fixed: NodeShapes = []
-        self._sort(inp.nodes)
+        self.by_name: Mapping[str, Node] = self.index.nodes
+        self._sort()
+
+    @cached_property
+    def fixed(self) -> NodeShapes:
+        """The fixed ready nodes' shapes (for ``wait_for_busy`` and sizing TPU jobs)."""
+        return node_shapes(self.index.fixed_ready())
 
     # --- sorting the cluster into groups ----------------------------------------------
 
-    def _sort(self, nodes: tuple[Node, ...]) -> None:
+    def _sort(self) -> None:
+        """The groups, from the index: the fixed ready nodes are read one by one, each
+        pool's units by class."""
         view, usage = self.view, self.usage
         held = usage.held
         cpu_jobs = [
@@ -172,88 +216,79 @@ class Capacity:
         self._least_cpus = min(cpu_jobs, default=None)
         groups: dict[Hashable, Group] = {}
         direct: list[Member] = []
-        ready = NodeState.READY
-        by_name: dict[str, Node] = {}
-        fixed_ready: list[Node] = []
-        for node in nodes:  # (one walk over the nodes: they are many)
-            by_name[node.name] = node
-            if node.state is ready and POOL_LABEL not in node.label_map:
-                fixed_ready.append(node)
-        self.by_name = by_name
-        self.fixed = node_shapes(fixed_ready)
-        for node in fixed_ready:
+        fixed: dict[Hashable, tuple[Node, list[Entry], int | None]] = {}
+        for node in self.index.fixed_ready():
             entry: Entry = ("", (node.name,), 0.0, False)
             if node.tpu_chips:
-                direct.append(Member((node,), READY))
+                direct.append(Member((node,), READY, holding=True))
             elif node.name not in held:
-                self._group(groups, ("fixed", node_likeness(node)), READY, None, node, [entry])
-            elif self._room(node):
                 key = ("fixed", node_likeness(node))
-                self._group(groups, key, READY, None, node, [entry], self._free_on(node))
-                self.holding.add(node.name)
+                fixed.setdefault((key, None), (node, [], None))[1].append(entry)
+            elif self._room(node):
+                key, free = ("fixed", node_likeness(node)), self._free_on(node)
+                fixed.setdefault((key, free), (node, [], free))[1].append(entry)
+        for (key, _), (node, entries, free) in fixed.items():
+            self._group(groups, key, READY, None, node, entries, free)
         for pool in view.pools:
             direct += self._sort_pool(pool, groups)
         self.groups = sorted(groups.values(), key=_order)
         for member in direct:
-            self.holding.update(n.name for n in member.nodes)
-        for member in direct:
             self.show(member)
 
     def _sort_pool(self, pool: Pool, groups: dict[Hashable, Group]) -> list[Member]:
-        """Sort ``pool``'s units into groups; the busy slices with room, to add now."""
-        view, usage, by_name = self.view, self.usage, self.by_name
-        held, shared, cpus, least = usage.held, usage.shared, usage.cpus, self._least_cpus
-        ready = NodeState.READY
+        """Sort ``pool``'s units into groups (from the index's classes); the busy slices
+        with room, to add now."""
+        view, by_name, index = self.view, self.by_name, self.index
+        sorted_ = index.pool(pool.name)
+        units = index.units
         alike = ("pool", self.kind(pool))
-        fresh: list[Unit] = []
-        partial: dict[int, list[Unit]] = {}
         direct: list[Member] = []
-        sample: Node | None = None
-        holding = self.holding
+        least = self._least_cpus
         if pool.hosts_per_unit == 1:
-            for unit in view.ready_units(pool.name):
-                name = (unit.nodes or view.unit_nodes(unit))[0]
-                busy = held.get(name)
-                if busy is None:
-                    if name in by_name:
-                        fresh.append(unit)
-                    continue
-                node = by_name.get(name)
-                if node is None:
-                    continue
-                devices = len(node.devices)
-                if node.state is ready and (
-                    busy < devices
-                    or name in shared
-                    or (least is not None and node.cpus - cpus.get(name, 0.0) + 1e-9 >= least)
-                ):
-                    partial.setdefault(max(0, devices - busy), []).append(unit)
-                    holding.add(name)
+            fresh = sorted_.of(FRESH)
             if fresh:
-                sample = by_name[(fresh[0].nodes or view.unit_nodes(fresh[0]))[0]]
+                sample = by_name[index.unit_nodes(fresh[0])[0]]
+                self._group(groups, alike, READY, pool, sample, fresh)
+            partial = sorted_.partial()
+            if least is not None:  # full nodes with CPUs left count as partial too
+                roomy = [k for k in sorted_.keys(FULL) if self._room(self._node_of(units[k[1]]))]
+                if roomy:
+                    partial[0] = sorted(itertools.chain(partial.get(0, ()), roomy))
+            for free, keys in partial.items():
+                entries = UnitList(keys, units)
+                node = by_name[index.unit_nodes(entries[0])[0]]
+                self._group(groups, alike, READY, pool, node, entries, free)
         else:
-            for unit in view.ready_units(pool.name):
-                names = unit.nodes or view.unit_nodes(unit)
-                if held.keys().isdisjoint(names):
-                    fresh.append(unit)
-                    sample = sample or by_name.get(names[0])
-                elif any(n in by_name and self._room(by_name[n]) for n in names):
-                    member = self._resolve(READY, pool, unit)
-                    if member is not None:  # a busy slice with room: its hosts go in now
-                        direct.append(member)
-        if fresh and sample is not None:
-            self._group(groups, alike, READY, pool, sample, fresh)
-        for free, entries in partial.items():
-            node = by_name[(entries[0].nodes or view.unit_nodes(entries[0]))[0]]
-            self._group(groups, alike, READY, pool, node, entries, free)
+            fresh = sorted_.of(FRESH)
+            sample = next(
+                (by_name[n] for u in fresh if (n := index.unit_nodes(u)[0]) in by_name), None
+            )
+            if fresh and sample is not None:
+                self._group(groups, alike, READY, pool, sample, fresh)
+            busy: Sequence[tuple[Any, str]] = sorted_.keys(ROOMY)
+            if least is not None:  # slices with CPUs left on a host count too
+                more = [k for k in sorted_.keys(CROWDED) if self._slice_room(units[k[1]])]
+                if more:
+                    busy = sorted(itertools.chain(busy, more))
+            for _, name in busy:  # a busy slice with room: its hosts go in now
+                member = self._resolve(READY, pool, units[name])
+                if member is not None:
+                    member.holding = True
+                    direct.append(member)
         # (their nodes are the pool's template's, named when they go in)
-        coming = [(u.name, (), view.eta(u), False) for u in view.provisioning_units(pool.name)]
-        coming += [(name, (), pool.provisioning_time, True) for name in view.planned(pool.name)]
+        state = view.state(pool.name)
+        coming = Coming(sorted_.keys(FLYING), state.late, state.planned, pool, view.now)
         if coming:
-            coming.sort(key=lambda e: (e[2], e[0]))
-            template = pool.unit_nodes(pool.unit_name(0))[0]
+            template = index.template(pool)[0]
             self._group(groups, ("coming", alike), COMING, pool, template, coming)
         return direct
+
+    def _node_of(self, unit: Unit) -> Node:
+        return self.by_name[self.index.unit_nodes(unit)[0]]
+
+    def _slice_room(self, unit: Unit) -> bool:
+        by_name = self.by_name
+        return any(n in by_name and self._room(by_name[n]) for n in self.index.unit_nodes(unit))
 
     def _group(
         self,
@@ -265,20 +300,37 @@ class Capacity:
         entries: Sequence[Entry | Unit],
         free: int | None = None,
     ) -> None:
+        """A group of ``entries`` (one per key: taken as they are, not copied)."""
         key = (alike, kind, free, pool.name if pool else None)
-        group = groups.get(key)
-        if group is None:
-            if free is not None:
-                estimate: tuple[int, ...] = (free,)
-            elif pool is not None:
-                estimate = tuple(free_devices(n) for n in pool.template)
-            else:
-                estimate = (free_devices(sample),)
-            named = ("pool", pool.name, kind) if pool is not None else alike
-            group = groups[key] = Group(alike, named, kind, pool, sample, estimate, free)
-        group.entries += entries
-        for free_here in group.estimate:
-            self.count(kind, free_here, len(entries))
+        assert key not in groups
+        if free is not None:
+            estimate: tuple[int, ...] = (free,)
+        elif pool is not None:
+            estimate = self.index.derived(
+                ("estimate", pool.name), lambda: tuple(free_devices(n) for n in pool.template)
+            )
+        else:
+            estimate = (free_devices(sample),)
+        named = ("pool", pool.name, kind) if pool is not None else alike
+        group = groups[key] = Group(alike, named, kind, pool, sample, estimate, free, entries)
+        group.ids = (self._id(alike), self._id(named))
+        group.order = (
+            (0, free, self._repr(alike)) if free is not None else (1 + kind, 0, self._repr(named))
+        )
+        for free_here in estimate:
+            self.count(kind, free_here, group.size)
+
+    def _id(self, alike: Hashable) -> int:
+        """A number per ``alike`` (or ``named``) of a group, for cheap cache keys."""
+        return self._ids.setdefault(alike, len(self._ids))
+
+    def _repr(self, alike: Hashable) -> str:
+        """``repr(alike)``, made once (groups are sorted by it)."""
+        made: dict[Hashable, str] = self.index.derived("reprs", dict)
+        found = made.get(alike)
+        if found is None:
+            found = made[alike] = repr(alike)
+        return found
 
     def _room(self, node: Node) -> bool:
         """Whether a busy node could still take some pending job: a device not wholly
@@ -293,12 +345,9 @@ class Capacity:
         return max(0, free_devices(node) - self.usage.held.get(node.name, 0))
 
     def kind(self, pool: Pool) -> int:
-        """A number per kind of pool (``pool_kind``), for cheap cache keys."""
-        found = self.kinds.get(pool.name)
-        if found is None:
-            ids = self._kind_ids
-            found = self.kinds[pool.name] = ids.setdefault(pool_kind(pool), len(ids))
-        return found
+        """A number per kind of pool (``pool_kind``), for cheap cache keys: the pools
+        numbered by name (made once per index: they depend on the pools only)."""
+        return self.kinds[pool.name]
 
     # --- adding to the snapshot -----------------------------------------------------------
 
@@ -312,7 +361,7 @@ class Capacity:
         by_name, ready = self.by_name, NodeState.READY
         if kind == COMING:
             assert pool is not None
-            found = [by_name.get(n.name, n) for n in pool.unit_nodes(unit)]
+            found = [by_name.get(n.name, n) for n in self.index.unit_template(pool, unit)]
         else:
             found = [by_name[name] for name in names if name in by_name]
         nodes = tuple(n for n in found if n.state is ready)
@@ -336,11 +385,14 @@ class Capacity:
 
     def show(self, member: Member) -> None:
         """Put ``member``'s nodes in the snapshot with what they hold, and count them."""
-        usage, holding, snapshot = self.usage, self.holding, self.snapshot
+        usage, snapshot = self.usage, self.snapshot
+        holding = member.holding or (member.group is not None and member.group.free is not None)
         for node in member.nodes:
-            view = snapshot.add(self.scrub(node))
-            for alloc in usage.on(node.name) if node.name in holding else ():
-                snapshot.assume(Allocation(alloc.job_id, alloc.attempt, alloc.by_node[node.name]))
+            view = snapshot.add(*self.scrubbed(node))
+            for alloc in usage.on(node.name) if holding else ():  # (its tasks on this node)
+                if len(alloc.by_node) > 1:
+                    alloc = Allocation(alloc.job_id, alloc.attempt, alloc.by_node[node.name])
+                snapshot.assume(alloc)
             self.member_of[node.name] = member
             self.place(node.name, member.kind, free_now(view))
 
@@ -364,6 +416,16 @@ class Capacity:
         if not dropped or not any(key in dropped for key, _ in node.labels):
             return node
         return replace(node, labels=tuple(kv for kv in node.labels if kv[0] not in dropped))
+
+    def scrubbed(self, node: Node) -> tuple[Node, tuple]:
+        """``scrub(node)`` and its likeness, kept on the index from pass to pass (while
+        the node is the same)."""
+        found = self._scrubs.get(node.name)
+        if found is None or found[0] is not node:
+            scrubbed = self.scrub(node)
+            likeness = Likeness(node_likeness(scrubbed))
+            found = self._scrubs[node.name] = (node, scrubbed, likeness)
+        return found[1], found[2]
 
     def assume(self, alloc: Allocation) -> list[Member]:
         """Take ``alloc`` in the snapshot; the members it lands on."""
@@ -403,21 +465,26 @@ class Capacity:
         offer ``need`` nodes untouched by this walk (``everything``: that many from each
         group); whether any were added."""
         groups = self.compatible(request, roles, upto)
+        first = 0  # (spent groups offer nothing, and never will again: the first go now)
+        while first < len(groups) and not groups[first].spare and groups[first].remaining <= 0:
+            first += 1
+        if first:
+            del groups[:first]
         added, have, spent = False, 0, 0
         for group in groups:
             if everything:
                 have = 0
             have += group.spare * group.hosts
-            while have < need and group.added < len(group.entries):
+            while have < need and group.added < group.size:
                 if self.add(group):
                     added = True
                     have += group.hosts
-            if not group.spare and group.added >= len(group.entries):
+            if not group.spare and group.added >= group.size:
                 spent += 1
             elif have >= need and not everything:
                 break
         if spent * 2 > len(groups):  # spent groups leave the cached list for good
-            groups[:] = [g for g in groups if g.spare or g.added < len(g.entries)]
+            groups[:] = [g for g in groups if g.spare or g.added < g.size]
         return added
 
     def compatible(self, request: NodeRequest, roles: bool, upto: int) -> list[Group]:
@@ -428,13 +495,20 @@ class Capacity:
         found = self._compatible.get(key)
         if found is None:
             whole = request.gpus.count if request.gpus.kind is GpuKind.WHOLE else 1
-            found = self._compatible[key] = [
-                g
-                for g in self.groups
-                if g.kind <= upto
-                and (g.free is None or g.free >= whole or request.gpus.kind is GpuKind.NONE)
-                and (roles or self.could_host(request, g.alike, g.named, g.sample))
-            ]
+            any_free = request.gpus.kind is GpuKind.NONE
+            by = 1 if names_pools(request) else 0
+            hosts = self._hosts.setdefault(request, {})
+            found = self._compatible[key] = []
+            for g in self.groups:
+                if g.kind > upto or (g.free is not None and g.free < whole and not any_free):
+                    continue
+                if not roles:
+                    could = hosts.get(g.ids[by])
+                    if could is None:
+                        could = self.could_host(request, g.alike, g.named, g.sample)
+                    if not could:
+                        continue
+                found.append(g)
         return found
 
     def could_host(
@@ -442,12 +516,13 @@ class Capacity:
     ) -> bool:
         """Whether an empty ``node`` passes the request's selector and capacity (the same
         for every node ``alike``)."""
-        key = (request, named if names_pools(request) else alike)
-        found = self._hosts.get(key)
+        hosts = self._hosts.setdefault(request, {})
+        key = self._id(named if names_pools(request) else alike)
+        found = hosts.get(key)
         if found is None:
             view = NodeView(node)
             found = SELECTOR.filter(request, view) is None and not fits_capacity(request, view)
-            self._hosts[key] = found
+            hosts[key] = found
         return found
 
     def ready_only(self, alloc: Allocation) -> bool:
@@ -455,9 +530,13 @@ class Capacity:
         return all(slot[name][0] == READY for name in alloc.nodes)
 
 
+def _kinds(pools: Sequence[Pool]) -> dict[str, int]:
+    """Each pool's kind, numbered in the pools' order."""
+    ids: dict[Hashable, int] = {}
+    return {pool.name: ids.setdefault(pool_kind(pool), len(ids)) for pool in pools}
+
+
 def _order(group: Group) -> tuple:
     """Partial groups first, tightest first (as packing would choose), then fresh, then
-    coming ones."""
-    if group.free is not None:
-        return (0, group.free, repr(group.alike))
-    return (1 + group.kind, 0, repr(group.named))
+    coming ones (``Group.order``, made with the group)."""
+    return group.order

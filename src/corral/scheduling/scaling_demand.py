@@ -264,7 +264,7 @@ class _Walk:
         job = self._sized(job, _shapes_of(pool))
         if job.spec.tpu and not job.spec.nodes:
             return None
-        sample = pool.unit_nodes(pool.unit_name(0))[0]
+        sample = self.view.index.template(pool)[0]
         alike = ("pool", self.capacity.kind(pool))
         hosts = self.capacity.could_host(request, alike, ("pool", pool.name, NEW), sample)
         if not job.spec.roles and not hosts:
@@ -347,10 +347,11 @@ class _Walk:
                 snapshot.set_node(node)
         while len(shown) < units:
             name = self._new_name(pool)
-            nodes = tuple(self.capacity.scrub(n) for n in pool.unit_nodes(name))
+            made = [self.capacity.scrubbed(n) for n in self.view.index.unit_template(pool, name)]
+            nodes = tuple(node for node, _ in made)
             member = Member(nodes, NEW, pool, name, pool.provisioning_time)
-            for node in nodes:
-                snapshot.add(node)
+            for node, likeness in made:
+                snapshot.add(node, likeness)
             hidden.append(member)
             shown.append(member)
         return shown

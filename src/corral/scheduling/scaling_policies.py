@@ -21,13 +21,13 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Protocol, runtime_checkable
 
-from corral.core.allocation import Allocation
 from corral.core.pools import AutoscalingConfig, Pool, PoolFailures, Unit
-from corral.core.resources import MILLI
 from corral.scheduling.config import SchedulerConfig
 from corral.scheduling.framework import Profile
 from corral.scheduling.registry import build_profile
 from corral.scheduling.scaling import AutoscaleInput
+from corral.scheduling.scaling_index import PoolUnits, ScalingIndex
+from corral.scheduling.scaling_usage import NodeUsage
 
 
 @dataclass(frozen=True)
@@ -62,69 +62,29 @@ class ScalingPolicy(Protocol):
 
 @dataclass
 class PoolState:
-    """One pool during a pass, kept up to date by the autoscaler: its ``units`` (every
-    phase), the ``counting`` ones (provisioning or ready, less those given up this pass),
-    the unit names ``planned`` this pass, and its (effective) provisioning ``failures``.
-    ``ready``, ``provisioning`` and ``idle`` (ready with an ``idle_since``): those of the
-    counting units, in their order, as the policies see them (scale-down, the last step,
-    leaves them as they were)."""
+    """One pool during a pass, kept up to date by the autoscaler: its units as the index
+    sorts them (``sorted``), the ``ready`` ones and those ``provisioning`` (less those
+    given up this pass), in their order, the unit names ``planned`` this pass, the ready
+    ones drained this pass (``gone``: they no longer count), and its (effective)
+    provisioning ``failures``."""
 
     pool: Pool
-    units: list[Unit] = field(default_factory=list)
-    counting: list[Unit] = field(default_factory=list)
-    ready: list[Unit] = field(default_factory=list)
-    provisioning: list[Unit] = field(default_factory=list)
-    idle: list[Unit] = field(default_factory=list)
+    sorted: PoolUnits | None = None
+    ready: Sequence[Unit] = ()
+    provisioning: Sequence[Unit] = ()
+    late: int = 0  # units in flight given up this pass (the first of ``sorted``'s FLYING)
     planned: list[str] = field(default_factory=list)
+    gone: set[str] = field(default_factory=set)
     failures: PoolFailures = field(default_factory=PoolFailures)
 
     @property
+    def counting(self) -> int:
+        """Units provisioning or ready, less those given up or drained this pass."""
+        return len(self.ready) + len(self.provisioning) - len(self.gone)
+
+    @property
     def size(self) -> int:
-        return len(self.counting) + len(self.planned)
-
-
-@dataclass
-class NodeUsage:
-    """What the allocations hold, per node: whole devices (``held``; every busy node has
-    an entry), nodes with shared devices or MIG instances (``shared``), CPUs, and the
-    allocations on each node (:meth:`on`)."""
-
-    held: dict[str, int] = field(default_factory=dict)
-    shared: set[str] = field(default_factory=set)
-    cpus: dict[str, float] = field(default_factory=dict)
-    # each busy node's first allocation; the whole list where there are more
-    first: dict[str, Allocation] = field(default_factory=dict)
-    more: dict[str, list[Allocation]] = field(default_factory=dict)
-
-    @classmethod
-    def of(cls, allocations: Sequence[Allocation]) -> NodeUsage:
-        usage = cls()
-        held, shared, cpus = usage.held, usage.shared, usage.cpus
-        first, more = usage.first, usage.more
-        for alloc in allocations:
-            for task in alloc.tasks:
-                name = task.node
-                if task.mig_slots or task.gpu_milli < MILLI:
-                    shared.add(name)
-                    held.setdefault(name, 0)
-                else:
-                    held[name] = held.get(name, 0) + len(task.gpus)
-                if task.cpus:
-                    cpus[name] = cpus.get(name, 0.0) + task.cpus
-                found = first.setdefault(name, alloc)
-                if found is not alloc or (more and name in more):  # several on the node
-                    listed = more.setdefault(name, [found])
-                    if listed[-1] is not alloc:
-                        listed.append(alloc)
-        return usage
-
-    def on(self, node: str) -> list[Allocation]:
-        """The allocations on ``node``, in their order."""
-        listed = self.more.get(node)
-        if listed is not None:
-            return listed
-        found = self.first.get(node)
-        return [found] if found is not None else []
+        return self.counting + len(self.planned)
 
 
 class ScalingView:
@@ -137,15 +97,26 @@ class ScalingView:
         config: SchedulerConfig,
         states: Mapping[str, PoolState],
         profile: Profile | None = None,
+        index: ScalingIndex | None = None,
     ) -> None:
         self.inp, self.config = inp, config
         self._states = states
         self._profile = profile
+        self._index = index
 
     @cached_property
+    def index(self) -> ScalingIndex:
+        """The cluster sorted for the pass (``inp.index``, or built from the input)."""
+        found = self._index or self.inp.index
+        if found is None:
+            inp = self.inp
+            found = ScalingIndex.of(inp.pools, inp.units, inp.nodes, inp.allocations)
+        return found
+
+    @property
     def usage(self) -> NodeUsage:
-        """What the allocations hold, per node (computed once per pass)."""
-        return NodeUsage.of(self.inp.allocations)
+        """What the allocations hold, per node."""
+        return self.index.usage
 
     @property
     def busy_nodes(self) -> Mapping[str, int]:
@@ -172,13 +143,18 @@ class ScalingView:
         """The declared pools, by name."""
         return tuple(sorted((s.pool for s in self._states.values()), key=lambda p: p.name))
 
+    def state(self, pool: str) -> PoolState:
+        """The autoscaler's state of ``pool`` (read only)."""
+        return self._states[pool]
+
     def pool(self, name: str) -> Pool | None:
         state = self._states.get(name)
         return state.pool if state else None
 
     def units(self, pool: str) -> tuple[Unit, ...]:
         """Every unit of ``pool`` the keeper tracks, whatever its phase."""
-        return tuple(self._states[pool].units)
+        found = self._states[pool].sorted
+        return tuple(found.all()) if found is not None else ()
 
     def ready_units(self, pool: str) -> tuple[Unit, ...]:
         return tuple(self._states[pool].ready)
@@ -197,19 +173,21 @@ class ScalingView:
 
     def unit_nodes(self, unit: Unit) -> tuple[str, ...]:
         """The node names of ``unit`` (its pool's naming when the record lists none)."""
-        if unit.nodes:
-            return unit.nodes
-        state = self._states.get(unit.pool)
-        return tuple(n.name for n in state.pool.unit_nodes(unit.name)) if state else ()
+        return self.index.unit_nodes(unit)
 
     def busy(self, unit: Unit) -> bool:
         """Whether any node of ``unit`` holds an allocation."""
-        return not self.usage.held.keys().isdisjoint(unit.nodes or self.unit_nodes(unit))
+        index = self.index
+        return index.busy(index.unit_nodes(unit))
+
+    def has_unit(self, name: str) -> bool:
+        """Whether the keeper tracks a unit of this name (whatever its pool and phase)."""
+        return name in self.index.units
 
     @cached_property
     def unit_names(self) -> frozenset[str]:
         """The name of every unit the keeper tracks (whatever its pool and phase)."""
-        return frozenset([u.name for u in self.inp.units])
+        return frozenset(self.index.units)
 
     def eta(self, unit: Unit) -> float:
         """Seconds until a provisioning unit is expected ready (at least 0)."""
